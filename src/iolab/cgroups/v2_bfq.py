@@ -1,0 +1,26 @@
+"""cgroup v2 + BFQ: `io.bfq.weight` 1..1000 (default 100), enforced only by BFQ."""
+
+from __future__ import annotations
+
+from iolab.cgroups.detect import Mounts
+from iolab.cgroups.device import BlockDev
+from iolab.cgroups.scheduler import available
+from iolab.cgroups.v2 import V2Backend
+
+
+class V2Bfq(V2Backend):
+    name = "v2-bfq"
+    weight_file = "io.bfq.weight"
+    weight_range = (1, 1000)
+    default_weight = 100
+    scheduler = "bfq"
+    tunables = {"low_latency": "0"}  # same reason as v1-bfq: no weight-raising of new queues
+
+    @classmethod
+    def unavailable_reason(cls, m: Mounts, dev: BlockDev | None) -> str | None:
+        reason = super().unavailable_reason(m, dev)
+        if reason:
+            return reason
+        if dev is not None and "bfq" not in available(dev):
+            return f"BFQ is not offered for {dev.name} (modprobe bfq?)"
+        return None

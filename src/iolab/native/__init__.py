@@ -1,0 +1,10 @@
+"""Small C helpers for measurements Python or fio cannot make (e.g. R2's write modes).
+
+Sources ship in this package; `helper_path(name)` compiles one on first use.
+"""
+
+from __future__ import annotations
+
+from iolab.native.build import available, build_all, helper_path
+
+__all__ = ["available", "build_all", "helper_path"]

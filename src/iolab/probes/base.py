@@ -1,0 +1,24 @@
+"""The probe interface: what is observed besides the workload, during the same trial."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from iolab.targets.base import Placement
+
+
+class Probe(ABC):
+    """start() before the workload, stop() after; stop() returns a JSON-able dict."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    def applies_to(cls, placement: Placement) -> bool:
+        return True
+
+    @abstractmethod
+    def start(self, placement: Placement) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> dict[str, Any]: ...

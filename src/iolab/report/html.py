@@ -1,0 +1,231 @@
+"""The HTML report: one self-contained file, charts as inline SVG, CSS inline, no scripts.
+
+The functions here turn the study's Sections into small view dicts (already formatted
+text, alignment, footnote markers) so the Jinja template stays free of logic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from iolab.report.charts import chart_svg
+from iolab.report.model import Chart, Note, Section, Table
+from iolab.report.render import (
+    fmt_cell,
+    fmt_num,
+    fmt_param,
+    is_numeric_cell,
+    is_tcg,
+    machine_facts,
+    metric_names,
+    param_names,
+    run_date,
+    trial_counts,
+)
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+MAX_TRIAL_METRICS = 8  # the appendix stays readable; the CSV has every metric
+
+
+def render_html(doc: dict[str, Any], sections: list[Section], summary: list[str]) -> str:
+    """One self-contained HTML page for a run (see module docstring)."""
+    return _env().get_template("report.html.j2").render(**build_context(doc, sections, summary))
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def build_context(doc: dict[str, Any], sections: list[Section], summary: list[str]) -> dict[str, Any]:
+    """Everything the template shows, formatted."""
+    env = doc.get("environment") or {}
+    trials = doc.get("trials") or []
+    counter = _Counter()
+    views = [_section_view(s, counter) for s in sections]
+    return {
+        "study": str(doc.get("study") or "study"),
+        "run_id": str(doc.get("run_id") or "—"),
+        "status": str(doc.get("status") or "unknown"),
+        "date": run_date(doc),
+        "facts": machine_facts(env),
+        "tcg": is_tcg(env),
+        "counts": trial_counts(doc),
+        "summary": list(summary),
+        "sections": views,
+        "failed": _failed_trials(trials),
+        "trials": _trials_view(trials),
+        "environment": _env_rows(env),
+        "version": _iolab_version(),
+    }
+
+
+class _Counter:
+    """Hands out unique ids for charts and sections within one page."""
+
+    def __init__(self) -> None:
+        self.charts = 0
+        self.tables = 0
+        self.slugs: set[str] = set()
+
+    def chart_id(self) -> str:
+        self.charts += 1
+        return f"ch{self.charts}"
+
+    def table_id(self) -> str:
+        self.tables += 1
+        return f"tb{self.tables}"
+
+    def slug(self, title: str) -> str:
+        base = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
+        slug, n = base, 2
+        while slug in self.slugs:
+            slug, n = f"{base}-{n}", n + 1
+        self.slugs.add(slug)
+        return slug
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _section_view(section: Section, counter: _Counter) -> dict[str, Any]:
+    blocks = []
+    for block in section.blocks:
+        if isinstance(block, Note):
+            blocks.append(_note_view(block))
+        elif isinstance(block, Table):
+            blocks.append(_table_view(block, counter.table_id()))
+        elif isinstance(block, Chart):
+            blocks.append(_chart_view(block, counter.chart_id()))
+    return {"title": section.title, "intro": section.intro, "id": counter.slug(section.title), "blocks": blocks}
+
+
+def _note_view(note: Note) -> dict[str, Any]:
+    return {"kind": "note", "level": note.level, "text": note.text}
+
+
+def _chart_view(chart: Chart, uid: str) -> dict[str, Any]:
+    return {
+        "kind": "chart",
+        "id": uid,
+        "title": chart.title,
+        "svg": Markup(chart_svg(chart, uid)),  # our own matplotlib output, ids prefixed
+        "notes": [_note_view(n) for n in chart.notes],
+        "series": len(chart.series),
+    }
+
+
+def _table_view(table: Table, uid: str) -> dict[str, Any]:
+    """Formatted cells, alignment per column, and numbered footnotes for cell notes."""
+    ncols = len(table.columns)
+    numeric = [_column_is_numeric(table.rows, c) for c in range(ncols)]
+    footnotes: dict[str, int] = {}
+    rows = []
+    for r, row in enumerate(table.rows):
+        cells = []
+        for c, value in enumerate(row):
+            note = _cell_note(table.cell_notes, r, c)
+            marker = footnotes.setdefault(note, len(footnotes) + 1) if note else None
+            cells.append(
+                {
+                    "text": fmt_cell(value),
+                    "num": is_numeric_cell(value) or (value is None and c < ncols and numeric[c]),
+                    "marker": marker,
+                    "note": note,
+                    "missing": value is None,
+                }
+            )
+        rows.append(cells)
+    return {
+        "kind": "table",
+        "id": uid,
+        "title": table.title,
+        "columns": [{"name": name, "num": numeric[i]} for i, name in enumerate(table.columns)],
+        "rows": rows,
+        "notes": [_note_view(n) for n in table.notes],
+        "footnotes": [{"n": n, "text": text} for text, n in footnotes.items()],
+    }
+
+
+def _column_is_numeric(rows: list[list[Any]], c: int) -> bool:
+    values = [row[c] for row in rows if c < len(row) and row[c] is not None]
+    return bool(values) and sum(is_numeric_cell(v) for v in values) * 2 >= len(values)
+
+
+def _cell_note(cell_notes: list[list[str | None]] | None, r: int, c: int) -> str | None:
+    if not cell_notes or r >= len(cell_notes) or c >= len(cell_notes[r]):
+        return None
+    note = cell_notes[r][c]
+    return note or None
+
+
+# --------------------------------------------------------------------------- appendices
+
+
+def _trials_view(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every trial, one row: axis values, status, error, the first metrics, flags."""
+    params = param_names(trials)
+    metrics = metric_names(trials)
+    shown = metrics[:MAX_TRIAL_METRICS]
+    rows = []
+    for t in trials:
+        p = t.get("params") or {}
+        m = t.get("metrics") or {}
+        rows.append(
+            {
+                "id": str(t.get("id", "")),
+                "params": [fmt_param(p.get(k), k) if k in p else "—" for k in params],
+                "repetition": t.get("repetition", ""),
+                "status": str(t.get("status", "")),
+                "ok": t.get("status") == "ok",
+                "error": t.get("error") or "",
+                "metrics": [fmt_num(m.get(k)) for k in shown],
+                "flags": [str(f) for f in (t.get("flags") or [])],
+            }
+        )
+    return {"params": params, "metrics": shown, "hidden_metrics": len(metrics) - len(shown), "rows": rows}
+
+
+def _failed_trials(trials: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The failed trials, shown outside the collapsed appendix: nobody should miss them."""
+    out = []
+    for t in trials:
+        if t.get("status") == "ok":
+            continue
+        params = t.get("params") or {}
+        where = ", ".join(f"{k}={fmt_param(v, k)}" for k, v in params.items())
+        out.append({"id": str(t.get("id", "")), "where": where, "error": str(t.get("error") or "no error message")})
+    return out
+
+
+def _env_rows(env: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+    """The manifest flattened to dotted keys; long or multi-line values shown as blocks."""
+    rows: list[dict[str, Any]] = []
+    for key in sorted(env, key=str):
+        value = env[key]
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            rows.extend(_env_rows(value, name + "."))
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+        rows.append({"key": name, "value": text, "block": "\n" in text or len(text) > 100})
+    return rows
+
+
+def _iolab_version() -> str:
+    try:
+        from iolab import __version__
+
+        return str(__version__)
+    except ImportError:
+        return ""

@@ -1,0 +1,83 @@
+"""Host directory target: the workload does I/O on files in a directory of the host.
+
+Without a directory, iolab makes a scratch one and removes it afterwards. A given
+directory is never removed; only the files iolab's workloads create in it are.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+import iolab.core.cleaners  # noqa: F401
+from iolab.core import paths
+from iolab.core.exec import HostExecutor
+from iolab.core.resources import Ledger, Resource
+from iolab.targets import blockinfo
+from iolab.targets.base import Placement, Target, TargetParams
+
+
+class HostDirParams(TargetParams):
+    kind: Literal["host"] = "host"
+    directory: str | None = Field(None, description="an existing directory; default: a scratch dir iolab removes")
+
+    @field_validator("directory")
+    @classmethod
+    def _exists(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).is_dir():
+            raise ValueError(f"directory {v!r} does not exist")
+        return None if v is None else str(Path(v).resolve())
+
+
+class HostDirTarget(Target):
+    kind: ClassVar[str] = "host"
+    Params: ClassVar[type[TargetParams]] = HostDirParams
+    params: HostDirParams
+
+    def __init__(self, params: TargetParams, ledger: Ledger):
+        super().__init__(params, ledger)
+        self.made: Resource | None = None
+        self.executor: HostExecutor | None = None
+
+    def describe(self) -> list[str]:
+        if self.params.directory:
+            return [f"writes and removes its own files in {self.params.directory}"]
+        return [f"creates a scratch directory under {paths.scratch_dir()} and removes it afterwards"]
+
+    def setup(self) -> Placement:
+        directory = self.params.directory
+        if directory is None:
+            paths.scratch_dir().mkdir(parents=True, exist_ok=True)
+            d = paths.scratch_dir() / f"iolab-host-{uuid.uuid4().hex[:8]}"
+            self.made = self.ledger.add("dir", str(d), recursive=True)
+            d.mkdir()
+            directory = str(d)
+        self.executor = HostExecutor(paths.scratch_dir())
+        dev = blockinfo.device_of_path(directory)
+        manifest = {"target": "host", "directory": directory, "filesystem": _fstype(directory)}
+        if dev:
+            manifest["queue"] = blockinfo.queue_settings(dev)
+        return Placement(executor=self.executor, directory=directory, host_device=dev, manifest=manifest)
+
+    def teardown(self) -> None:
+        if self.executor:
+            self.executor.close()
+            self.executor = None
+        if self.made:
+            self.ledger.release(self.made)
+            self.made = None
+
+
+def _fstype(path: str) -> str | None:
+    best, fstype = "", None
+    real = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        for line in f:
+            _, mnt, typ = line.split()[:3]
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, fstype = mnt, typ
+    return fstype

@@ -1,0 +1,23 @@
+#!/bin/busybox sh
+# iolab guest init (PID 1): mount the API filesystems, load the storage drivers in the
+# dependency order the host computed from modules.dep, then become the agent.
+# Everything the host needs comes back over virtio-serial, never over this console.
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm /run /tmp /mnt
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+ln -sf /proc/self/mounts /etc/mtab
+kver=$(uname -r)
+while read -r mod; do
+    [ -n "$mod" ] || continue
+    insmod "/lib/modules/$kver/$mod" 2>/dev/null || echo "iolab-init: insmod $mod failed" >/dev/kmsg
+done </etc/iolab/modules
+echo "iolab-init: modules loaded, starting agent" >/dev/kmsg
+exec /sbin/iolab-agent

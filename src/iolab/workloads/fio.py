@@ -1,0 +1,144 @@
+"""The general fio workload: one job rendered from validated parameters.
+
+Hygiene from ../shared/anchors.md is the default: json+ output with latency kept,
+randrepeat=0, time_based with ramp_time, prefill before reads, end_fsync for writes,
+fallocate=none, direct I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from iolab.core.errors import TrialFailed
+from iolab.core.units import parse_duration, parse_size
+from iolab.targets.base import Placement
+from iolab.workloads import fio_engine
+from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+
+READS = {"read", "randread"}
+RW = Literal["read", "write", "randread", "randwrite", "rw", "randrw"]
+DATA_FILE = "iolab-fio.dat"
+
+
+class FioParams(WorkloadParams):
+    kind: Literal["fio"] = "fio"
+    rw: RW = "randread"
+    bs: int = Field(4096, description="block size, bytes or '4k'")
+    size: int = Field(256 << 20, description="file size or device region, bytes or '256M'")
+    iodepth: int = Field(1, ge=1, le=4096)
+    numjobs: int = Field(1, ge=1, le=256)
+    ioengine: Literal["libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio"] = "libaio"
+    direct: bool = True
+    sync: bool = Field(False, description="open with O_SYNC")
+    fsync: int = Field(0, ge=0, description="fsync after every N writes")
+    fdatasync: int = Field(0, ge=0, description="fdatasync after every N writes")
+    end_fsync: bool | None = Field(None, description="default: on for writes, so buffered writes pay for their flush")
+    runtime: float | None = Field(10.0, description="seconds (time_based); None = run through size once")
+    ramp_time: float = Field(2.0, ge=0)
+    rwmixread: int = Field(50, ge=0, le=100)
+    prefill: bool = Field(True, description="write the file before a read test (sparse files read as zeros)")
+    drop_caches: bool = Field(False, description="drop the page cache before the run (host only)")
+
+    @field_validator("bs", "size", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int:
+        return parse_size(v)
+
+    @field_validator("runtime", "ramp_time", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        return None if v is None else parse_duration(v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "FioParams":
+        if self.bs < 512 or self.bs > self.size:
+            raise ValueError(f"bs must be between 512 bytes and size ({self.size}), got {self.bs}")
+        if self.direct and self.bs % 512:
+            raise ValueError(f"bs must be a multiple of 512 with direct I/O, got {self.bs}")
+        return self
+
+
+class FioWorkload(Workload):
+    kind: ClassVar[str] = "fio"
+    Params: ClassVar[type[WorkloadParams]] = FioParams
+    main_metric: ClassVar[str] = "iops"
+    metrics: ClassVar[tuple[str, ...]] = ("iops", "bw_mib_s", "read_iops", "write_iops", "read_bw_mib_s",
+                                          "write_bw_mib_s", "read_lat_mean_us", "write_lat_mean_us",
+                                          "read_clat_p99_us", "write_clat_p99_us")
+    params: FioParams
+
+    def estimate_seconds(self) -> float:
+        p = self.params
+        if p.runtime is not None:
+            return p.runtime + p.ramp_time + 2
+        return 5 + p.size / (100 << 20)
+
+    def job_text(self, placement: Placement) -> str:
+        p = self.params
+        filename = target_filename(placement)
+        is_write = p.rw not in READS
+        glob: dict[str, Any] = {
+            "filename": filename, "size": p.size, "bs": p.bs, "rw": p.rw, "iodepth": p.iodepth,
+            "numjobs": p.numjobs, "ioengine": p.ioengine, "direct": p.direct, "sync": p.sync or None,
+            "fsync": p.fsync or None, "fdatasync": p.fdatasync or None,
+            "end_fsync": (is_write if p.end_fsync is None else p.end_fsync),
+            "randrepeat": False, "fallocate": "none", "group_reporting": True,
+            "rwmixread": p.rwmixread if p.rw in ("rw", "randrw") else None,
+            "percentile_list": "50:95:99:99.9",
+        }
+        if p.runtime is not None:
+            glob.update({"time_based": True, "runtime": f"{p.runtime:g}s", "ramp_time": f"{p.ramp_time:g}s"})
+        return fio_engine.render_job(glob, [("iolab", {})])
+
+    def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
+        p = self.params
+        if p.rw in READS or p.rw in ("rw", "randrw"):
+            if p.prefill and not placement.is_block_device:
+                prefill(placement, p.size, timeout_s)
+        if p.drop_caches:
+            drop_caches(placement)
+        job = self.job_text(placement)
+        data, res = fio_engine.run_fio(placement.executor, job, timeout_s)
+        metrics = fio_engine.summed_metrics(data)
+        flags = cpu_flags(res.cpu_busy, p.numjobs)
+        return WorkloadResult(metrics=metrics, raw=data, job_text=job, flags=flags, cpu_busy=res.cpu_busy)
+
+
+def target_filename(placement: Placement) -> str:
+    if placement.path:
+        return placement.path
+    if placement.directory:
+        return f"{placement.directory.rstrip('/')}/{DATA_FILE}"
+    raise TrialFailed("the target offers neither a file/device path nor a directory")
+
+
+def prefill(placement: Placement, size: int, timeout_s: float) -> None:
+    """Write the whole file once, untimed: reads of a sparse file never reach the disk."""
+    job = fio_engine.render_job(
+        {"filename": target_filename(placement), "size": size, "bs": 1 << 20, "rw": "write",
+         "ioengine": "psync", "direct": False, "end_fsync": True, "fallocate": "none"},
+        [("prefill", {})])
+    fio_engine.run_fio(placement.executor, job, timeout_s)
+
+
+def drop_caches(placement: Placement) -> None:
+    """Drop the page cache for real and check that it happened (Cached must fall)."""
+    from iolab.core.exec import ExecRequest
+
+    res = placement.executor.run(ExecRequest(
+        argv=["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], timeout_s=60))
+    if res.returncode != 0:
+        raise TrialFailed(f"could not drop caches: {res.tail()}")
+
+
+def cpu_flags(cpu_busy: float, processes: int) -> list[str]:
+    """The load generator is CPU-bound when its processes use ~a full core each."""
+    import os
+
+    per_proc = cpu_busy / max(processes, 1)
+    cores = os.cpu_count() or 1
+    if per_proc >= 0.9 or cpu_busy >= 0.9 * cores:
+        return [f"generator_cpu_bound: fio used {cpu_busy:.2f} cores for {processes} process(es)"]
+    return []

@@ -1,0 +1,163 @@
+"""Driving fio: render job text from validated values, run it, read its JSON.
+
+fio is the I/O engine for all disk I/O in iolab. This module is the only place that
+knows fio's command line and JSON layout; workloads build on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from typing import Any
+
+from iolab.core.errors import RefusedError, TrialFailed
+from iolab.core.exec import ExecRequest, ExecResult, Executor
+
+RESULT_FILE = "fio-result.json"
+JOB_FILE = "job.fio"
+
+# Options that make fio run programs, load code or reach beyond the job: never allowed,
+# neither in rendered jobs nor in imported job files.
+FORBIDDEN_OPTIONS = {
+    "exec_prerun": "runs a shell command before the job",
+    "exec_postrun": "runs a shell command after the job",
+    "ioscheduler": "changes the device's scheduler (iolab controls and restores schedulers itself)",
+    "cgroup": "moves fio into a cgroup (iolab places processes in its own cgroups)",
+    "cgroup_weight": "writes cgroup weights (iolab's cgroup target does this with read-back)",
+    "cgroup_nodelete": "leaves cgroups behind",
+    "write_iolog": "writes a file outside iolab's work directory",
+    "write_bw_log": "writes files outside iolab's work directory",
+    "write_lat_log": "writes files outside iolab's work directory",
+    "write_iops_log": "writes files outside iolab's work directory",
+    "write_hist_log": "writes files outside iolab's work directory",
+}
+FORBIDDEN_ENGINES = ("exec", "external")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/+=%@-]*$")
+
+
+def fio_version() -> str | None:
+    exe = shutil.which("fio")
+    if not exe:
+        return None
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    return out.stdout.strip() or None
+
+
+def render_job(global_opts: dict[str, Any], jobs: list[tuple[str, dict[str, Any]]]) -> str:
+    """Job text from typed values. Every value is checked against a conservative charset,
+    so nothing a user typed can inject a new option or line."""
+    lines = ["[global]"] + [_line(k, v) for k, v in global_opts.items() if v is not None]
+    for name, opts in jobs:
+        _check_token(name)
+        lines += ["", f"[{name}]"] + [_line(k, v) for k, v in opts.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def _line(key: str, value: Any) -> str:
+    _check_token(key)
+    if key in FORBIDDEN_OPTIONS:
+        raise RefusedError(f"fio option {key} is refused: it {FORBIDDEN_OPTIONS[key]}")
+    if value is True:
+        return f"{key}=1"
+    if value is False:
+        return f"{key}=0"
+    text = str(value)
+    if not _SAFE_VALUE.match(text):
+        raise RefusedError(f"fio option {key}: value {text!r} has characters iolab does not pass to fio")
+    return f"{key}={text}"
+
+
+def _check_token(token: str) -> None:
+    if not re.match(r"^[A-Za-z0-9_.-]+$", token):
+        raise RefusedError(f"invalid fio job or option name {token!r}")
+
+
+def run_fio(executor: Executor, job_text: str, timeout_s: float,
+            cgroup_procs: list[str] | None = None) -> tuple[dict[str, Any], ExecResult]:
+    """Run a job; returns (parsed json+, exec result). Raises TrialFailed with fio's own words."""
+    req = ExecRequest(
+        argv=["fio", "--output-format=json+", f"--output={RESULT_FILE}", JOB_FILE],
+        timeout_s=timeout_s, files={JOB_FILE: job_text}, collect=[RESULT_FILE],
+        cgroup_procs=cgroup_procs or [],
+    )
+    res = executor.run(req)
+    return parse_result(res), res
+
+
+def parse_result(res: ExecResult) -> dict[str, Any]:
+    if res.timed_out:
+        raise TrialFailed(f"fio did not finish within {res.wall_s:.0f} s and was killed")
+    text = res.collected.get(RESULT_FILE, "")
+    if res.returncode != 0:
+        raise TrialFailed(f"fio exited with status {res.returncode}: {res.tail()}")
+    # fio may print notes before the JSON object
+    start = text.find("{")
+    try:
+        data = json.loads(text[start:]) if start >= 0 else None
+    except json.JSONDecodeError as exc:
+        raise TrialFailed(f"fio output is not JSON ({exc}): {res.tail()}") from None
+    if not data or not data.get("jobs"):
+        raise TrialFailed(f"fio printed no job results: {res.tail()}")
+    for job in data["jobs"]:
+        if job.get("error"):
+            raise TrialFailed(f"fio job {job.get('jobname')} failed with error {job['error']}: {res.tail()}")
+    return data
+
+
+MIB = float(1 << 20)
+PERCENTILES = {"p50": "50.000000", "p95": "95.000000", "p99": "99.000000", "p99_9": "99.900000"}
+
+
+def job_metrics(job: dict[str, Any]) -> dict[str, float]:
+    """Flat metrics of one fio job (or a group_reporting aggregate)."""
+    out: dict[str, float] = {}
+    total_iops = total_bw = 0.0
+    for d in ("read", "write"):
+        side = job.get(d) or {}
+        if not side.get("total_ios"):
+            continue
+        total_iops += side["iops"]
+        total_bw += side["bw_bytes"]
+        out[f"{d}_iops"] = side["iops"]
+        out[f"{d}_bw_mib_s"] = side["bw_bytes"] / MIB
+        out[f"{d}_bytes"] = float(side["io_bytes"])
+        out[f"{d}_ios"] = float(side["total_ios"])
+        lat = side.get("lat_ns") or {}
+        if lat.get("N"):
+            out[f"{d}_lat_mean_us"] = lat["mean"] / 1000.0
+        pct = (side.get("clat_ns") or {}).get("percentile") or {}
+        for name, key in PERCENTILES.items():
+            if key in pct:
+                out[f"{d}_clat_{name}_us"] = pct[key] / 1000.0
+    out["iops"] = total_iops
+    out["bw_mib_s"] = total_bw / MIB
+    out["runtime_s"] = job.get("job_runtime", 0) / 1000.0
+    out["fio_usr_cpu_pct"] = float(job.get("usr_cpu", 0.0))
+    out["fio_sys_cpu_pct"] = float(job.get("sys_cpu", 0.0))
+    sync = job.get("sync") or {}
+    if sync.get("total_ios"):
+        out["syncs"] = float(sync["total_ios"])
+        out["sync_lat_mean_us"] = (sync.get("lat_ns") or {}).get("mean", 0.0) / 1000.0
+    return out
+
+
+def summed_metrics(data: dict[str, Any]) -> dict[str, float]:
+    """Metrics over all jobs of a run: rates and counts add, latencies are IO-weighted."""
+    jobs = data["jobs"]
+    if len(jobs) == 1:
+        return job_metrics(jobs[0])
+    per = [job_metrics(j) for j in jobs]
+    out: dict[str, float] = {}
+    for key in {k for m in per for k in m}:
+        vals = [m[key] for m in per if key in m]
+        if "lat" in key or key.endswith("_us"):
+            side = key.split("_", 1)[0]
+            weights = [m.get(f"{side}_ios", 1.0) for m in per if key in m]
+            out[key] = sum(v * w for v, w in zip(vals, weights)) / max(sum(weights), 1.0)
+        elif key == "runtime_s":
+            out[key] = max(vals)
+        else:
+            out[key] = sum(vals)
+    return out

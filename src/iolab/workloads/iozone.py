@@ -1,0 +1,102 @@
+"""iozone's tests (R1) reproduced with fio, one test x record size per trial.
+
+iozone semantics kept: `write` creates a new empty file; `rewrite` writes the existing
+file again without truncating; `read` follows one untimed priming read; `reread` is the
+second pass over a file just read; `randread`/`randwrite` touch every record exactly once
+in a fixed shuffled order (fio's random map, fixed seed). Flushes are inside the timing
+(end_fsync, like iozone -e); O_DIRECT like iozone -I. Results in KB/s, 1024-based.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from iolab.core.exec import ExecRequest
+from iolab.core.units import parse_size
+from iolab.targets.base import Placement
+from iolab.workloads import fio_engine
+from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+from iolab.workloads.fio import cpu_flags
+
+Test = Literal["write", "rewrite", "read", "reread", "randread", "randwrite"]
+FILE = "iolab-iozone.tmp"
+RANDSEED = 20180101  # fixed: every repetition uses the same shuffled order, as iozone does
+
+
+class IozoneParams(WorkloadParams):
+    kind: Literal["iozone"] = "iozone"
+    test: Test = "write"
+    record: int = Field(4096, description="record size, bytes or '4k'")
+    file_size: int = Field(100 << 20, description="file size, bytes or '100M'")
+    direct: bool = True
+
+    @field_validator("record", "file_size", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int:
+        return parse_size(v)
+
+    @model_validator(mode="after")
+    def _fits(self) -> "IozoneParams":
+        if self.record > self.file_size or self.file_size % self.record:
+            raise ValueError(f"file_size ({self.file_size}) must be a multiple of record ({self.record})")
+        if self.direct and self.record % 512:
+            raise ValueError("record must be a multiple of 512 with direct I/O")
+        return self
+
+
+class IozoneWorkload(Workload):
+    kind: ClassVar[str] = "iozone"
+    Params: ClassVar[type[WorkloadParams]] = IozoneParams
+    main_metric: ClassVar[str] = "kbps"
+    metrics: ClassVar[tuple[str, ...]] = ("kbps", "iops", "bw_mib_s")
+    params: IozoneParams
+
+    def estimate_seconds(self) -> float:
+        passes = 2 if self.params.test in ("read", "reread") else 1
+        per_pass = self.params.file_size / (40 << 20 if self.params.record < (64 << 10) else 150 << 20)
+        return 2 + passes * per_pass
+
+    def _job(self, path: str, rw: str, *, timed: bool) -> str:
+        p = self.params
+        opts: dict[str, Any] = {
+            "filename": path, "size": p.file_size, "bs": p.record, "rw": rw, "ioengine": "psync",
+            "direct": p.direct, "end_fsync": rw in ("write", "randwrite"), "fallocate": "none",
+            "randrepeat": True, "randseed": RANDSEED, "percentile_list": "50:95:99",
+        }
+        return fio_engine.render_job(opts, [("timed" if timed else "untimed", {})])
+
+    def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
+        p = self.params
+        path = _path(placement)
+        ex = placement.executor
+        if p.test == "write":
+            ex.run(ExecRequest(argv=["rm", "-f", path], timeout_s=30))
+        elif not _exists(placement, path, p.file_size):
+            fio_engine.run_fio(ex, self._job(path, "write", timed=False), timeout_s)
+        if p.test in ("read", "reread"):
+            fio_engine.run_fio(ex, self._job(path, "read", timed=False), timeout_s)  # priming pass
+        rw = {"rewrite": "write", "reread": "read"}.get(p.test, p.test)
+        job = self._job(path, rw, timed=True)
+        data, res = fio_engine.run_fio(ex, job, timeout_s)
+        m = fio_engine.summed_metrics(data)
+        side = "read" if rw in ("read", "randread") else "write"
+        m["kbps"] = m.get(f"{side}_bw_mib_s", 0.0) * 1024.0
+        return WorkloadResult(metrics=m, raw=data, job_text=job, flags=cpu_flags(res.cpu_busy, 1),
+                              cpu_busy=res.cpu_busy)
+
+
+def _path(placement: Placement) -> str:
+    if placement.directory:
+        return f"{placement.directory.rstrip('/')}/{FILE}"
+    if placement.path:
+        return placement.path
+    raise ValueError("the target offers neither a directory nor a device")
+
+
+def _exists(placement: Placement, path: str, size: int) -> bool:
+    if placement.is_block_device and path == placement.path:
+        return True
+    r = placement.executor.run(ExecRequest(argv=["stat", "-c", "%s", path], timeout_s=30))
+    return r.returncode == 0 and r.stdout.strip() == str(size)

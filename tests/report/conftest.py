@@ -1,0 +1,42 @@
+"""Fixtures for report tests: one headless chromium per session, sample run documents."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT) not in sys.path:  # lets any test do `from tests.report.browser import ...`
+    sys.path.insert(0, str(_ROOT))
+
+from tests.report import sample_doc  # noqa: E402
+from tests.report.browser import chromium_available, launch_chromium, screenshot_dir  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def chromium_browser() -> Iterator[Any]:
+    """A playwright Browser on /usr/bin/chromium; skips when chromium or playwright is missing."""
+    if not chromium_available():
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="session")
+def shot_dir() -> Path:
+    """$IOLAB_SCREENSHOT_DIR or a temporary directory."""
+    return screenshot_dir()
+
+
+@pytest.fixture()
+def sample_run() -> tuple[dict[str, Any], list[Any], list[str]]:
+    """(doc, sections, summary) of a realistic partial write-modes run."""
+    return sample_doc.make_doc(), sample_doc.make_sections(), sample_doc.make_summary()

@@ -1,0 +1,135 @@
+"""Markdown, CSV and JSON renderers, and the shared number formatting."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from iolab.report.model import Chart, Note, Section, Series, Table
+from iolab.report.render import fmt_cell, fmt_num, fmt_size, render, render_csv, render_markdown
+from tests.report import sample_doc
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, "—"),
+        (True, "yes"),
+        (10240, "10,240"),
+        (14237.3, "14,200"),
+        (999.6, "1,000"),
+        (123.456, "123"),
+        (12.345, "12.3"),
+        (0.52, "0.520"),
+        (0.0123, "0.0123"),
+        (0.0, "0"),
+        (float("nan"), "—"),
+        (3.2e-7, "3.20e-07"),
+        ({"mean": 123.4, "lo": 119.4, "hi": 127.4}, "123 ± 4.0"),
+        ({"mean": 123.4, "half": 4.0}, "123 ± 4.0"),
+        ({"mean": 100.0, "ci": [90.0, 130.0]}, "100 [90.0, 130]"),
+        ((2.0, 1.5, 2.5), "2.00 ± 0.50"),
+        ("virtio", "virtio"),
+    ],
+)
+def test_cell_formatting(value: object, text: str) -> None:
+    assert fmt_cell(value) == text
+
+
+def test_sizes_use_fio_units() -> None:
+    assert [fmt_size(v) for v in (512, 1024, 4096, 65536, 1 << 20, 1536)] == ["512", "1k", "4k", "64k", "1M", "1.5k"]
+    assert fmt_num(1_234_567) == "1,234,567"  # ints are counts: never rounded
+
+
+def test_markdown_has_every_part(sample_run: tuple) -> None:
+    doc, sections, summary = sample_run
+    md = render_markdown(doc, sections, summary)
+    assert md.startswith("# write-modes\n")
+    assert "**Status:** PARTIAL" in md and "kernel 6.12.12-amd64" in md and "accel tcg" in md
+    assert f"- {sample_doc.HEADLINE}" in md
+    assert f"> ⚠ **Caution:** {sample_doc.TCG_WARNING}" in md
+    # table with right-aligned numeric columns and footnote markers
+    assert "| mode | block size | MiB/s (95% CI) | syscalls | device flushes | mode took effect |" in md
+    assert "|---|---:|---:|---:|---:|---|" in md
+    assert "| buffered | 512 | 610 ± 18 [1] | 10,240 | 1 | yes |" in md
+    assert "[1] page cache absorbed 97 % of writes before end_fsync" in md
+    # the line chart as a data table: 12 block sizes, 4 series
+    assert "| block size (bytes) | buffered | o_sync | o_direct | mmap |" in md
+    for label in ("512", "4k", "64k", "1M"):
+        assert f"\n| {label} | " in md
+    assert "Reference: device max 520 MiB/s = 520" in md
+    # failed trial visible in the summary and in the trials table
+    assert sample_doc.FAILED_TRIAL_ID in md and "**FAILED**" in md
+    assert sample_doc.FAILED_ERROR in md
+    assert "## Environment / manifest" in md and '"fio_version": "fio-3.38"' in md
+
+
+def test_markdown_escapes_pipes() -> None:
+    doc = {"run_id": "r", "study": "s", "status": "complete", "environment": {}, "trials": []}
+    table = Table("t", ["a|b", "n"], [["x|y", 1.5]])
+    md = render_markdown(doc, [Section("S", [table])], [])
+    assert "| a\\|b | n |" in md and "| x\\|y | 1.50 |" in md
+
+
+def test_csv_one_row_per_trial(sample_run: tuple) -> None:
+    doc = sample_run[0]
+    text = render_csv(doc)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == len(doc["trials"]) == 144
+    header = text.splitlines()[0].split(",")
+    assert header[:7] == ["run_id", "study", "trial_id", "repetition", "status", "error", "flags"]
+    assert header[7:] == [
+        "param.bs", "param.mode",
+        "metric.device_flushes", "metric.elapsed_s", "metric.syscalls", "metric.throughput_mib_s",
+    ]
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1
+    assert failed[0]["trial_id"] == sample_doc.FAILED_TRIAL_ID
+    assert failed[0]["error"] == sample_doc.FAILED_ERROR
+    assert failed[0]["metric.throughput_mib_s"] == ""
+    first = rows[0]
+    assert first["run_id"] == doc["run_id"] and first["study"] == "write-modes"
+    assert first["param.bs"] == "512" and first["param.mode"] == "buffered"
+    assert float(first["metric.throughput_mib_s"]) == doc["trials"][0]["metrics"]["throughput_mib_s"]  # full precision
+    assert first["flags"] == "page_cache"
+
+
+def test_csv_column_order_is_stable() -> None:
+    base = {"run_id": "r", "study": "s", "status": "complete", "environment": {}}
+    a = {**base, "trials": [{"id": "1", "params": {"z": 1, "a": 2}, "repetition": 0, "status": "ok", "error": None,
+                             "metrics": {"y": 1.0, "b": 2.0}, "probes": {}}]}
+    b = {**base, "trials": [{"id": "1", "params": {"a": 2, "z": 1}, "repetition": 0, "status": "ok", "error": None,
+                             "metrics": {"b": 2.0, "y": 1.0}, "probes": {}}]}
+    assert render_csv(a) == render_csv(b)
+
+
+def test_json_round_trips(sample_run: tuple) -> None:
+    doc, sections, summary = sample_run
+    text = render(doc, sections, summary, "json")
+    assert json.loads(text) == doc
+    assert text == json.dumps(doc, indent=2, sort_keys=True)
+
+
+def test_dispatch_and_unknown_format(sample_run: tuple) -> None:
+    doc, sections, summary = sample_run
+    assert render(doc, sections, summary, "md") == render(doc, sections, summary, "markdown")
+    assert render(doc, sections, summary, "csv") == render_csv(doc)
+    assert render(doc, sections, summary, "html").startswith("<!DOCTYPE html>")
+    with pytest.raises(ValueError, match="html, md, csv, json"):
+        render(doc, sections, summary, "pdf")
+
+
+def test_failed_run_without_trials_renders() -> None:
+    doc = {"run_id": "r0", "study": "cgroup-weights", "status": "failed", "environment": {}, "trials": [],
+           "findings": {}}
+    chart = Chart("empty", "line", "x", "y", [Series("s", [], [])])
+    sections = [Section("Nothing", [Note("no trial finished", "warn"), chart])]
+    html = render(doc, sections, [], "html")
+    assert "status-failed" in html and "Run failed" in html
+    assert html.count("<svg") == 1
+    md = render(doc, sections, [], "md")
+    assert "**Status:** FAILED" in md and "**Trials:** 0 of 0 ok" in md
+    assert render_csv(doc).strip() == "run_id,study,trial_id,repetition,status,error,flags"
