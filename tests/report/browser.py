@@ -2,13 +2,14 @@
 
 Shared by any test that wants to check a report offline: `open_report_in_browser(path)`
 runs on its own; `inspect_report(browser, path)` reuses a browser from the
-`chromium_browser` fixture in conftest.py (one launch per session, faster).
+`chromium_browser` fixture in conftest.py. Both share one chromium per process.
 playwright's own browser download is never used: it cannot download here, and the
 distribution's chromium is what users have.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -87,13 +88,38 @@ def inspect_report(browser: Any, html_path: str | Path, screenshot: str | Path |
         context.close()
 
 
-def open_report_in_browser(html_path: str | Path, screenshot: str | Path | None = None) -> dict[str, Any]:
-    """Stand-alone variant: launches chromium, inspects the report, closes it."""
-    from playwright.sync_api import sync_playwright
+_SHARED: dict[str, Any] = {}
 
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
+
+def shared_browser() -> Any:
+    """One chromium per process, started on first use.
+
+    playwright's sync API cannot be nested (a second sync_playwright() inside a running
+    one fails), so the session fixture and the stand-alone helper share this one.
+    """
+    if "browser" not in _SHARED:
+        from playwright.sync_api import sync_playwright
+
+        pw = sync_playwright().start()
         try:
-            return inspect_report(browser, html_path, screenshot)
-        finally:
-            browser.close()
+            _SHARED["browser"] = launch_chromium(pw)
+        except BaseException:
+            pw.stop()
+            raise
+        _SHARED["pw"] = pw
+        atexit.register(close_shared_browser)
+    return _SHARED["browser"]
+
+
+def close_shared_browser() -> None:
+    """Close the shared chromium (idempotent; also registered with atexit)."""
+    browser, pw = _SHARED.pop("browser", None), _SHARED.pop("pw", None)
+    if browser is not None:
+        browser.close()
+    if pw is not None:
+        pw.stop()
+
+
+def open_report_in_browser(html_path: str | Path, screenshot: str | Path | None = None) -> dict[str, Any]:
+    """Open `html_path` in headless chromium; returns requests, svg_count, svgs, body_text, screenshot."""
+    return inspect_report(shared_browser(), html_path, screenshot)

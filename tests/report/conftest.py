@@ -13,7 +13,7 @@ if str(_ROOT) not in sys.path:  # lets any test do `from tests.report.browser im
     sys.path.insert(0, str(_ROOT))
 
 from tests.report import sample_doc  # noqa: E402
-from tests.report.browser import chromium_available, launch_chromium, screenshot_dir  # noqa: E402
+from tests.report.browser import chromium_available, close_shared_browser, screenshot_dir, shared_browser  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -21,13 +21,11 @@ def chromium_browser() -> Iterator[Any]:
     """A playwright Browser on /usr/bin/chromium; skips when chromium or playwright is missing."""
     if not chromium_available():
         pytest.skip("chromium not installed (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = launch_chromium(p)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    pytest.importorskip("playwright.sync_api")
+    try:
+        yield shared_browser()
+    finally:
+        close_shared_browser()
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,9 @@ def make_doc() -> dict[str, Any]:
                 trials.append(
                     {
                         "id": tid,
-                        "params": {"mode": mode, "bs": bs},
+                        "params": {"mode": mode, "bs": bs,
+                                   "_target": {"kind": "loop", "size": "256M", "fs": "ext4"},
+                                   "_workload": {"kind": "writemode", "mode": mode, "bs": bs, "total": "5M"}},
                         "repetition": rep,
                         "status": "failed" if failed else "ok",
                         "error": FAILED_ERROR if failed else None,
@@ -57,23 +59,26 @@ def make_doc() -> dict[str, Any]:
                             "device_flushes": (5 << 20) // bs if mode == "o_sync" else 1,
                         },
                         "probes": {"host_blk": {"ios": (5 << 20) // max(bs, 4096), "flushes": 1}},
-                        "flags": ["page_cache"] if mode == "buffered" else [],
+                        "flags": ["reads_hit_page_cache: 97% of bytes"] if mode == "buffered" else [],
                     }
                 )
     return {
         "run_id": "20250301-142233-write-modes",
         "study": "write-modes",
         "status": "partial",
-        "started": 1740838953.0,
+        "source": "builtin:write-modes",
+        "spec": {"name": "write-modes", "axes": {"mode": MODES, "bs": BLOCK_SIZES}, "repetitions": 3},
         "environment": {
             "hostname": "lab-7",
             "kernel": "6.12.12-amd64",
-            "cpu": "AMD Ryzen 7 3700X 8-Core Processor",
+            "cpu_model": "AMD Ryzen 7 3700X 8-Core Processor",
+            "cpus": 16,
             "accel": "tcg",
             "cgroup_mode": "v2",
             "fio_version": "fio-3.38",
             "qemu_version": "9.2.1",
             "iolab_version": "0.1.0",
+            "started_utc": "2025-03-01T14:22:33Z",
             "device": {"model": "Samsung SSD 860 PRO 256GB", "scheduler": "mq-deadline", "logical_block_size": 4096},
             "qemu_cmdline": "qemu-system-x86_64 -machine q35,accel=tcg -m 2048 -drive file=/var/tmp/iolab/g.qcow2,"
             "if=none,id=d0,cache=none,aio=native -device virtio-blk-pci,drive=d0 " * 2,
@@ -105,7 +110,7 @@ def make_sections() -> list[Section]:
     for mode in MODES:
         for bs in (512, 4096, 65536):
             t = _throughput(mode, bs)
-            rows.append([mode, bs, {"mean": t, "lo": t * 0.97, "hi": t * 1.03}, (5 << 20) // bs,
+            rows.append([mode, bs, {"mean": t, "ci95": [t * 0.97, t * 1.03], "n": 3}, (5 << 20) // bs,
                          (5 << 20) // bs if mode == "o_sync" else 1, "yes"])
             note = None
             if mode == "buffered":

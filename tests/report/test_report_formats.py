@@ -24,13 +24,19 @@ from tests.report import sample_doc
         (123.456, "123"),
         (12.345, "12.3"),
         (0.52, "0.520"),
+        ({"mean": 0.52, "half": 0.016}, "0.520 ± 0.016"),
         (0.0123, "0.0123"),
         (0.0, "0"),
         (float("nan"), "—"),
         (3.2e-7, "3.20e-07"),
-        ({"mean": 123.4, "lo": 119.4, "hi": 127.4}, "123 ± 4.0"),
-        ({"mean": 123.4, "half": 4.0}, "123 ± 4.0"),
+        ({"mean": 123.4, "lo": 119.4, "hi": 127.4}, "123 ± 4"),
+        ({"mean": 123.4, "half": 4.0}, "123 ± 4"),
+        ({"mean": 15.2, "half": 0.46}, "15.2 ± 0.5"),
+        ({"mean": 123.0, "half": 0.04}, "123 ± 0.04"),
+        ({"mean": 14237.0, "half": 312.0}, "14,200 ± 310"),
         ({"mean": 100.0, "ci": [90.0, 130.0]}, "100 [90.0, 130]"),
+        ({"mean": 17.2, "ci95": [16.8, 17.6], "n": 3, "unit": "MiB/s"}, "17.2 ± 0.4"),
+        ({"mean": 17.2, "ci95": [None, None], "n": 1}, "17.2"),
         ((2.0, 1.5, 2.5), "2.00 ± 0.50"),
         ("virtio", "virtio"),
     ],
@@ -65,6 +71,9 @@ def test_markdown_has_every_part(sample_run: tuple) -> None:
     assert sample_doc.FAILED_TRIAL_ID in md and "**FAILED**" in md
     assert sample_doc.FAILED_ERROR in md
     assert "## Environment / manifest" in md and '"fio_version": "fio-3.38"' in md
+    assert "## Study spec (builtin:write-modes)" in md
+    assert "_target" not in md.split("## Environment")[0], "full configs stay out of the tables"
+    assert "**Date:** 2025-03-01T14:22:33Z" in md
 
 
 def test_markdown_escapes_pipes() -> None:
@@ -84,6 +93,7 @@ def test_csv_one_row_per_trial(sample_run: tuple) -> None:
     assert header[7:] == [
         "param.bs", "param.mode",
         "metric.device_flushes", "metric.elapsed_s", "metric.syscalls", "metric.throughput_mib_s",
+        "param._target", "param._workload",
     ]
     failed = [r for r in rows if r["status"] == "failed"]
     assert len(failed) == 1
@@ -94,7 +104,8 @@ def test_csv_one_row_per_trial(sample_run: tuple) -> None:
     assert first["run_id"] == doc["run_id"] and first["study"] == "write-modes"
     assert first["param.bs"] == "512" and first["param.mode"] == "buffered"
     assert float(first["metric.throughput_mib_s"]) == doc["trials"][0]["metrics"]["throughput_mib_s"]  # full precision
-    assert first["flags"] == "page_cache"
+    assert first["flags"] == "reads_hit_page_cache: 97% of bytes"
+    assert json.loads(first["param._workload"])["kind"] == "writemode"
 
 
 def test_csv_column_order_is_stable() -> None:
@@ -133,3 +144,8 @@ def test_failed_run_without_trials_renders() -> None:
     md = render(doc, sections, [], "md")
     assert "**Status:** FAILED" in md and "**Trials:** 0 of 0 ok" in md
     assert render_csv(doc).strip() == "run_id,study,trial_id,repetition,status,error,flags"
+
+
+def test_html_is_deterministic(sample_run: tuple) -> None:
+    """Same run, same bytes: reports can be diffed and cached."""
+    assert render(*sample_run, "html") == render(*sample_run, "html")

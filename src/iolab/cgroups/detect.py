@@ -97,9 +97,10 @@ def backends_possible(m: Mounts, device: str | None = None) -> dict[str, str]:
     """Each backend -> "ok" or the reason it cannot run here (for doctor and errors)."""
     from iolab.cgroups.registry import BACKENDS
 
+    dev = resolve(device) if device else None
     out = {}
     for name, cls in BACKENDS.items():
-        reason = cls.unavailable_reason(m, device)
+        reason = cls.unavailable_reason(m, dev)
         out[name] = reason or "ok"
     return out
 

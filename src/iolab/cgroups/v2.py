@@ -55,6 +55,6 @@ class V2Backend(Backend):
 
 def _controllers(ctl: Path) -> list[str]:
     try:
-        return ctl.read_text().split()
+        return [c.lstrip("+") for c in ctl.read_text().split()]  # "+io" only in a fake tree
     except FileNotFoundError:
         return []

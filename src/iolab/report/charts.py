@@ -28,8 +28,9 @@ from matplotlib.transforms import blended_transform_factory
 from iolab.report.model import Chart, Series
 from iolab.report.render import fmt_size
 
-# Okabe & Ito (2008), ordered so the first four are the most distinct; yellow last.
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442"]
+# Okabe & Ito (2008), ordered so the first four are the most distinct.
+# Okabe-Ito yellow (#F0E442) is replaced by grey: it vanishes on a white background.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#8C8C8C"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "-", "-", "-", "--", "--", "--", "--"]
 
@@ -154,12 +155,22 @@ def _draw_bar(ax: Any, chart: Chart) -> None:
 
 
 def _category_axis(ax: Any, categories: list[Any], as_sizes: bool) -> None:
-    """Category labels, rotated when they would collide."""
+    """Category labels: wrapped onto short lines when long, rotated only if wrapping cannot help.
+
+    Rotated labels make the figure taller, and a taller figure is scaled down in the page,
+    shrinking every label in it; wrapping keeps the chart's proportions.
+    """
     labels = [fmt_size(float(c)) if as_sizes and _is_num(c) else _label(c) for c in categories]
     ax.set_xticks(range(len(categories)))
-    longest = max((len(lbl) for lbl in labels), default=0)
-    crowded = len(labels) * (longest + 2) > 90
-    ax.set_xticklabels(labels, rotation=30 if crowded else 0, ha="right" if crowded else "center")
+    per_label = max(6, 96 // max(1, len(labels)) - 2)
+    wrapped = [_wrap(lbl, per_label) for lbl in labels]
+    fits = all(len(line) <= per_label for w in wrapped for line in w.split("\n")) and all(
+        w.count("\n") < 3 for w in wrapped
+    )
+    if fits:
+        ax.set_xticklabels(wrapped)
+    else:
+        ax.set_xticklabels(labels, rotation=30, ha="right", rotation_mode="anchor")
     ax.set_xlim(-0.6, len(categories) - 0.4)
 
 
@@ -303,6 +314,7 @@ def clean_svg(svg: str, uid: str) -> str:
     """
     svg = svg[svg.index("<svg") :]
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
+    svg = re.sub(r"\s*<defs>\s*<style[^>]*>[^<]*</style>\s*</defs>", "", svg, count=1)  # moved to report.css
     svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
     svg = re.sub(r'(<svg\b[^>]*?)\s+width="[^"]*"', r"\1", svg, count=1)
     svg = re.sub(r'(<svg\b[^>]*?)\s+height="[^"]*"', r"\1", svg, count=1)

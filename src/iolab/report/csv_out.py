@@ -1,7 +1,8 @@
 """The CSV export: one row per trial, flat, for spreadsheets, pandas and R.
 
 Column order is stable so that two runs of a study diff and concatenate cleanly:
-fixed columns first, then `param.<name>` sorted by name, then `metric.<name>` sorted.
+fixed columns first, then `param.<axis>` sorted by name, then `metric.<name>` sorted, then
+the full configurations `param._target` / `param._workload` (JSON) last, out of the way.
 Values keep full precision (no display rounding); nested values are JSON.
 """
 
@@ -18,18 +19,27 @@ FIXED_COLUMNS = ["run_id", "study", "trial_id", "repetition", "status", "error",
 def render_csv(doc: dict[str, Any]) -> str:
     """All trials of `doc` as CSV text with a header row."""
     trials = doc.get("trials") or []
-    params = sorted({str(k) for t in trials for k in (t.get("params") or {})})
+    names = {str(k) for t in trials for k in (t.get("params") or {})}
+    axes = sorted(n for n in names if not n.startswith("_"))
+    configs = sorted(n for n in names if n.startswith("_"))  # _target/_workload: JSON blobs, kept last
     metrics = sorted({str(k) for t in trials for k in (t.get("metrics") or {})})
-    header = FIXED_COLUMNS + [f"param.{p}" for p in params] + [f"metric.{m}" for m in metrics]
+    header = (
+        FIXED_COLUMNS
+        + [f"param.{p}" for p in axes]
+        + [f"metric.{m}" for m in metrics]
+        + [f"param.{p}" for p in configs]
+    )
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     for t in trials:
-        writer.writerow(_row(doc, t, params, metrics))
+        writer.writerow(_row(doc, t, axes, metrics, configs))
     return buf.getvalue()
 
 
-def _row(doc: dict[str, Any], trial: dict[str, Any], params: list[str], metrics: list[str]) -> list[str]:
+def _row(
+    doc: dict[str, Any], trial: dict[str, Any], axes: list[str], metrics: list[str], configs: list[str]
+) -> list[str]:
     p = {str(k): v for k, v in (trial.get("params") or {}).items()}
     m = {str(k): v for k, v in (trial.get("metrics") or {}).items()}
     fixed = [
@@ -41,7 +51,8 @@ def _row(doc: dict[str, Any], trial: dict[str, Any], params: list[str], metrics:
         trial.get("error"),
         ";".join(str(f) for f in trial.get("flags") or []),
     ]
-    return [_cell(v) for v in fixed + [p.get(k) for k in params] + [m.get(k) for k in metrics]]
+    values = fixed + [p.get(k) for k in axes] + [m.get(k) for k in metrics] + [p.get(k) for k in configs]
+    return [_cell(v) for v in values]
 
 
 def _cell(value: Any) -> str:

@@ -17,6 +17,7 @@ from markupsafe import Markup
 from iolab.report.charts import chart_svg
 from iolab.report.model import Chart, Note, Section, Table
 from iolab.report.render import (
+    failure_groups,
     fmt_cell,
     fmt_num,
     fmt_param,
@@ -64,8 +65,11 @@ def build_context(doc: dict[str, Any], sections: list[Section], summary: list[st
         "summary": list(summary),
         "sections": views,
         "failed": _failed_trials(trials),
+        "failed_count": sum(1 for t in trials if t.get("status") != "ok"),
         "trials": _trials_view(trials),
         "environment": _env_rows(env),
+        "spec": json.dumps(doc["spec"], indent=2, sort_keys=True, default=str) if doc.get("spec") else "",
+        "source": str(doc.get("source") or ""),
         "version": _iolab_version(),
     }
 
@@ -196,16 +200,9 @@ def _trials_view(trials: list[dict[str, Any]]) -> dict[str, Any]:
     return {"params": params, "metrics": shown, "hidden_metrics": len(metrics) - len(shown), "rows": rows}
 
 
-def _failed_trials(trials: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The failed trials, shown outside the collapsed appendix: nobody should miss them."""
-    out = []
-    for t in trials:
-        if t.get("status") == "ok":
-            continue
-        params = t.get("params") or {}
-        where = ", ".join(f"{k}={fmt_param(v, k)}" for k, v in params.items())
-        out.append({"id": str(t.get("id", "")), "where": where, "error": str(t.get("error") or "no error message")})
-    return out
+def _failed_trials(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failures grouped by error, shown outside the collapsed appendix: nobody should miss them."""
+    return failure_groups(trials)
 
 
 def _env_rows(env: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from iolab.report.model import Chart, Note, Section, Series, Table
 from iolab.report.render import (
+    failure_groups,
     fmt_cell,
     fmt_ci,
     fmt_num,
@@ -32,7 +33,7 @@ def render_markdown(doc: dict[str, Any], sections: list[Section], summary: list[
     """Whole report as GitHub-flavoured Markdown."""
     parts = [_header(doc), _summary(doc, summary)]
     parts += [_section(s) for s in sections]
-    parts += [_trials(doc.get("trials") or []), _environment(doc.get("environment") or {})]
+    parts += [_trials(doc.get("trials") or []), _environment(doc.get("environment") or {}), _spec(doc)]
     return "\n\n".join(p.strip("\n") for p in parts if p) + "\n"
 
 
@@ -60,12 +61,12 @@ def _summary(doc: dict[str, Any], summary: list[str]) -> str:
     if is_tcg(doc.get("environment") or {}):
         lines += ["", note_md(Note("guests ran under TCG software emulation (no KVM): guest speed and host/guest "
                                    "ratios are not representative; counts still hold.", "warn"))]
-    failed = [t for t in doc.get("trials") or [] if t.get("status") != "ok"]
-    if failed or doc.get("status") not in (None, "complete"):
-        lines += ["", f"> ⚠ **Run {doc.get('status')}: {len(failed)} of {len(doc.get('trials') or [])} trials failed.**"]
-        for t in failed:
-            where = ", ".join(f"{k}={fmt_param(v, k)}" for k, v in (t.get("params") or {}).items())
-            lines.append(f"> - `{t.get('id')}` ({esc(where)}): {esc(str(t.get('error') or 'no error message'))}")
+    counts = trial_counts(doc)
+    if counts["failed"] or doc.get("status") not in (None, "complete"):
+        lines += ["", f"> ⚠ **Run {doc.get('status')}: {counts['failed']} of {counts['total']} trials failed.**"]
+        for g in failure_groups(doc.get("trials") or []):
+            who = f"`{g['ids'][0]}` ({esc(g['where'])})" if g["count"] == 1 else f"{g['count']} trials (`{g['ids'][0]}`, …)"
+            lines.append(f"> - {who}: {esc(g['error'])}")
     return "\n".join(lines)
 
 
@@ -153,6 +154,15 @@ def _trials(trials: list[dict[str, Any]]) -> str:
 def _environment(env: dict[str, Any]) -> str:
     body = json.dumps(env, indent=2, sort_keys=True, default=str)
     return "\n".join(["## Environment / manifest", "", "```json", body, "```"])
+
+
+def _spec(doc: dict[str, Any]) -> str:
+    """The study as run: what makes the report rerunnable."""
+    if not doc.get("spec"):
+        return ""
+    body = json.dumps(doc["spec"], indent=2, sort_keys=True, default=str)
+    source = f" ({esc(str(doc['source']))})" if doc.get("source") else ""
+    return "\n".join([f"## Study spec{source}", "", "```json", body, "```"])
 
 
 # --------------------------------------------------------------------------- helpers

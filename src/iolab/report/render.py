@@ -10,7 +10,7 @@ Table cells (``Table.rows``) may hold:
 * ``int`` → exact, with thousands separators (counts must not be rounded);
 * ``float`` → 3 significant digits, thousands separators;
 * a mean with a confidence interval: ``{"mean": m, "lo": l, "hi": h}``,
-  ``{"mean": m, "ci": [l, h]}``, ``{"mean": m, "half": h}`` or a 3-tuple/list
+  ``{"mean": m, "ci95": [l, h], "n": k}`` (the estimate shape of docs/results.md), ``{"mean": m, "ci": [l, h]}``, ``{"mean": m, "half": h}`` or a 3-tuple/list
   ``(m, l, h)`` → "123 ± 4" when the interval is symmetric, "123 [110, 140]" otherwise.
 """
 
@@ -72,7 +72,7 @@ def ci_parts(value: Any) -> tuple[float, float | None, float | None] | None:
             return None
         if "lo" in value or "hi" in value:
             return float(mean), _opt_float(value.get("lo")), _opt_float(value.get("hi"))
-        ci = value.get("ci")
+        ci = value.get("ci95", value.get("ci"))
         if isinstance(ci, (list, tuple)) and len(ci) == 2:
             return float(mean), _opt_float(ci[0]), _opt_float(ci[1])
         half = value.get("half", value.get("ci_half"))
@@ -96,8 +96,22 @@ def fmt_ci(mean: float, lo: float | None, hi: float | None) -> str:
     below, above = mean - lo, hi - mean
     width = hi - lo
     if width >= 0 and abs(above - below) <= 0.05 * max(width, 1e-300):
-        return f"{fmt_num(mean)} ± {fmt_num(float(max(above, below)), sig=2)}"
+        mean_text = fmt_num(mean)
+        return f"{mean_text} ± {_fmt_half(float(max(above, below)), mean_text)}"
     return f"{fmt_num(mean)} [{fmt_num(float(lo))}, {fmt_num(float(hi))}]"
+
+
+def _fmt_half(half: float, mean_text: str) -> str:
+    """Half-width to 2 significant digits, but no finer than the mean is shown ('15.2 ± 0.5')."""
+    text = fmt_num(half, sig=2)
+    if "e" in mean_text or "e" in text:
+        return text
+    mean_dec = len(mean_text.split(".")[1]) if "." in mean_text else 0
+    half_dec = len(text.split(".")[1]) if "." in text else 0
+    if half_dec <= mean_dec:
+        return text
+    rounded = round(half, mean_dec)
+    return fmt_num(half, sig=1) if rounded == 0 else f"{rounded:,.{mean_dec}f}"
 
 
 def fmt_cell(value: Any) -> str:
@@ -130,6 +144,7 @@ _ENV_KEYS: dict[str, tuple[str, ...]] = {
     "host": ("hostname", "host", "node"),
     "kernel": ("kernel", "kernel_release", "uname_r", "kernel_version"),
     "cpu": ("cpu", "cpu_model", "cpu_model_name", "processor"),
+    "cpus": ("cpus", "cpu_count", "ncpus"),
     "accel": ("accel", "accelerator", "qemu_accel", "kvm"),
     "cgroup": ("cgroup", "cgroup_mode", "cgroup_version"),
     "fio": ("fio_version", "fio"),
@@ -155,6 +170,7 @@ def machine_facts(env: dict[str, Any]) -> list[tuple[str, str]]:
         "host": "host",
         "kernel": "kernel",
         "cpu": "CPU",
+        "cpus": "CPUs",
         "accel": "accel",
         "cgroup": "cgroup",
         "fio": "fio",
@@ -178,7 +194,7 @@ def run_date(doc: dict[str, Any]) -> str:
     """When the run happened, from whichever timestamp the document carries; else render time."""
     env = doc.get("environment") or {}
     for src in (doc, env):
-        for key in ("started", "created", "date", "timestamp", "started_at", "ended"):
+        for key in ("started", "started_utc", "created", "date", "timestamp", "started_at", "ended"):
             v = src.get(key)
             if _is_number(v) and v > 0:
                 return datetime.fromtimestamp(float(v), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -194,14 +210,35 @@ def trial_counts(doc: dict[str, Any]) -> dict[str, int]:
     return {"total": len(trials), "ok": len(trials) - failed, "failed": failed}
 
 
+def failure_groups(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failed trials grouped by error text, largest group first.
+
+    A setup problem fails hundreds of trials with one message; listing it once with a
+    count says more than a hundred identical lines.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for t in trials:
+        if t.get("status") != "ok":
+            groups.setdefault(str(t.get("error") or "no error message"), []).append(t)
+    out = []
+    for error, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        first = members[0]
+        where = ", ".join(
+            f"{k}={fmt_param(v, k)}" for k, v in (first.get("params") or {}).items() if not str(k).startswith("_")
+        )
+        out.append({"error": error, "count": len(members), "ids": [str(m.get("id", "")) for m in members],
+                    "where": where})
+    return out
+
+
 def metric_names(trials: list[dict[str, Any]]) -> list[str]:
     """Metric names in first-seen order: the order the workload reported them in."""
     return _ordered_keys(t.get("metrics") or {} for t in trials)
 
 
 def param_names(trials: list[dict[str, Any]]) -> list[str]:
-    """Axis names in first-seen order."""
-    return _ordered_keys(t.get("params") or {} for t in trials)
+    """Axis names in first-seen order, without `_target`/`_workload` (full configs, not axes)."""
+    return [k for k in _ordered_keys(t.get("params") or {} for t in trials) if not k.startswith("_")]
 
 
 def _ordered_keys(dicts: Any) -> list[str]:

@@ -44,10 +44,11 @@ class LineReporter:
         el = time.monotonic() - self.t0
         left = el / self.done * max(self.total - self.done, 0)
         self.console.print(f"trial {self.done}/{self.total} {label}: {outcome} "
-                           f"[dim](elapsed {_hms(el)}, ~{_hms(left)} left)[/dim]", highlight=False)
+                           f"[dim](elapsed {_hms(el)}, ~{_hms(left)} left)[/dim]", highlight=False,
+                           soft_wrap=True)
 
     def message(self, text: str) -> None:
-        self.console.print(text, highlight=False)
+        self.console.print(text, highlight=False, soft_wrap=True)
 
     def stop(self) -> None:
         pass

@@ -139,17 +139,15 @@ def _matrix(targets: list[tuple[str, dict]], workloads: list[tuple[str, dict]],
     w_cells = [c for path, w in workloads for c in _expand(path, w, registry.WORKLOADS, registry.workload_class, problems)]
     if problems:
         return []
-    t_vary = _varying([c[1] for c in t_cells])
-    w_vary = _varying([c[1] for c in w_cells])
     configs = []
-    for (t_name, t_params), (w_name, w_params) in itertools.product(t_cells, w_cells):
+    for (t_name, t_params, t_axes), (w_name, w_params, w_axes) in itertools.product(t_cells, w_cells):
         labels: dict[str, Any] = {}
         if len(targets) > 1:
             labels["target"] = t_name
         if len(workloads) > 1:
             labels["workload"] = w_name
-        labels.update({k: t_params[k] for k in t_vary})
-        labels.update({k: w_params[k] for k in w_vary})
+        labels.update({k: t_params[k] for k in t_axes})
+        labels.update({k: w_params[k] for k in w_axes})
         configs.append(Config(target=t_params, workload=w_params, labels=labels))
     if len({c.id for c in configs}) != len(configs):
         problems.append(("(matrix)", "two configurations are identical; remove the duplicate axis value"))
@@ -157,8 +155,8 @@ def _matrix(targets: list[tuple[str, dict]], workloads: list[tuple[str, dict]],
 
 
 def _expand(path: str, table: dict, kinds: dict[str, str], load: Any,
-            problems: list[tuple[str, str]]) -> list[tuple[str, dict]]:
-    """One table with list-valued keys -> validated parameter dicts, one per combination."""
+            problems: list[tuple[str, str]]) -> list[tuple[str, dict, list[str]]]:
+    """One table with list-valued keys -> (name, validated params, axis keys), one per combination."""
     table = dict(table)
     name = str(table.pop("name", "")) or str(table.get("kind", "?"))
     kind = table.get("kind")
@@ -176,7 +174,7 @@ def _expand(path: str, table: dict, kinds: dict[str, str], load: Any,
     for combo in itertools.product(*axes.values()) if axes else [()]:
         params = dict(fixed, **dict(zip(axes, combo)))
         try:
-            out.append((name, cls.Params(**params).model_dump(mode="json")))
+            out.append((name, cls.Params(**params).model_dump(mode="json"), list(axes)))
         except ValidationError as exc:
             problems.extend(_pydantic_problems(path, exc))
         except ValueError as exc:
@@ -191,11 +189,6 @@ def _is_list_field(model: type[BaseModel], key: str) -> bool:
     origin = typing.get_origin(f.annotation)
     return origin is list or (origin in (typing.Union, getattr(__import__("types"), "UnionType", None))
                               and any(typing.get_origin(a) is list for a in typing.get_args(f.annotation)))
-
-
-def _varying(cells: list[dict]) -> list[str]:
-    keys = sorted({k for c in cells for k in c})
-    return [k for k in keys if k != "kind" and len({repr(c.get(k)) for c in cells}) > 1]
 
 
 def _check_metric(metric: str, configs: list[Config], problems: list[tuple[str, str]]) -> None:

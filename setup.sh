@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# iolab set-up: installs everything a fresh Debian machine needs, then runs one thing.
+#   ./setup.sh demo   install + run the default study on the embedded default target; ends with the report path
+#   ./setup.sh test   install + run the whole test suite (this is what CI runs)
+#   ./setup.sh install   install only
+set -euo pipefail
+cd "$(dirname "$0")"
+action="${1:-install}"
+
+# System packages, and why each is here (docs/architecture.md#dependencies):
+APT_PACKAGES=(
+  fio                 # the I/O engine for all disk I/O
+  qemu-system-x86     # guests for the VM studies
+  qemu-utils          # qemu-img: images and their metadata
+  linux-image-amd64   # the built-in guest's kernel
+  busybox-static      # the built-in guest's userland
+  kmod cpio           # assembling the guest initramfs
+  e2fsprogs util-linux   # mkfs.ext4, losetup, blkid on scratch devices
+  gcc libc6-dev       # iolab's native helpers (write-mode program, guest agent)
+  strace              # counting QEMU's host syscalls (sync-amplification)
+  sysbench iperf3     # CPU and network workloads (vm-profile)
+  rocksdb-tools       # db_bench: the real application beside cgroups (cgroup-weights)
+  chromium            # the test suite opens the HTML report in a real headless browser
+  python3 python3-venv
+)
+
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "iolab needs root (loop devices, cgroups, schedulers). Run: sudo $0 $action" >&2
+    exit 1
+  fi
+}
+
+install_system() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "== installing system packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+install_python() {
+  if [ ! -x .venv/bin/python ]; then
+    echo "== creating .venv"
+    python3 -m venv .venv
+  fi
+  if ! .venv/bin/python -c "import iolab, pytest, playwright" 2>/dev/null \
+     || [ pyproject.toml -nt .venv/.installed ]; then
+    echo "== installing iolab and its pinned dependencies into .venv"
+    .venv/bin/pip install -q --upgrade pip >/dev/null
+    .venv/bin/pip install -q -e '.[test]'
+    touch .venv/.installed
+  fi
+  echo "== building native helpers"
+  .venv/bin/python -c "from iolab.native import build_all; [print('  ', p) for p in build_all()]"
+}
+
+need_root
+install_system
+install_python
+case "$action" in
+  install) echo "installed: .venv/bin/iolab" ;;
+  demo)    exec .venv/bin/iolab study write-modes ;;
+  test)    exec .venv/bin/python -m pytest -ra --durations=15 tests ;;
+  *) echo "usage: $0 [install|demo|test]" >&2; exit 2 ;;
+esac

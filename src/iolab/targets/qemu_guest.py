@@ -1,0 +1,264 @@
+"""A QEMU guest with one test disk: the target for host-vs-VM and virtual-disk studies.
+
+setup() boots the guest once; every command of the trials sharing this target runs in it
+through the guest agent. The disk image lives on a scratch loop device of its own (unless
+image_dir says otherwise), so the host-side block counters see only the image's I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from iolab.core.errors import CapabilityMissing, IolabError
+from iolab.core.exec import ExecRequest, ExecResult
+from iolab.core.resources import Ledger, Resource
+from iolab.core.units import format_size, parse_size
+from iolab.targets.base import Placement, Target, TargetParams
+from iolab.vm import guest_image
+from iolab.vm.executor import GuestExecutor
+from iolab.vm.qemu import (GUEST_DEVICE, Aio, Bus, CacheMode, DiskSpec, Format, Prealloc, QemuVM,
+                           RunFiles, VmError, VmSpec, create_image, image_info, probe_accel,
+                           qemu_version)
+
+GUEST_MOUNT = "/mnt/iolab"
+DEVICE_WAIT_S = 30.0
+
+
+class QemuGuestParams(TargetParams):
+    kind: Literal["qemu"] = "qemu"
+    bus: Bus = "virtio-blk"
+    format: Format = "raw"
+    cache: CacheMode = "none"
+    aio: Aio = "threads"
+    iothread: bool = False
+    cluster_size: int | None = Field(None, description="qcow2 cluster size, bytes or '64k'")
+    preallocation: Prealloc = "off"
+    lazy_refcounts: bool = False
+    disk_size: int = Field(256 << 20, description="test disk size, bytes or '256M'")
+    memory: int = Field(512 << 20, description="guest memory, bytes or '512M'")
+    vcpus: int = Field(1, ge=1, le=64)
+    accel: Literal["auto", "kvm", "tcg"] = "auto"
+    image_dir: str | None = Field(None, description="None: on a scratch loop device of its own")
+    kernel: str | None = None
+    initramfs: str | None = Field(None, description="must start /sbin/iolab-agent (docs/vm.md)")
+    guest_fs: Literal["none", "ext4"] = "none"
+    prefill: bool = Field(False, description="write pattern data over the whole disk before boot, "
+                                             "so reads do not hit holes / unallocated clusters")
+    extra_binaries: tuple[str, ...] = Field((), description="host binaries to add to the built-in guest")
+    boot_timeout: float | None = Field(None, gt=0, description="seconds; default 30 (KVM) / 90 (TCG)")
+
+    @field_validator("disk_size", "memory", "cluster_size", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> Any:
+        return None if v is None else parse_size(v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> QemuGuestParams:
+        problems = self.disk_spec().problems()
+        if self.memory < (128 << 20):
+            problems.append(f"memory must be at least 128M, got {format_size(self.memory)}")
+        if self.initramfs and not self.kernel:
+            problems.append("initramfs given without kernel: pass both, or neither")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def disk_spec(self) -> DiskSpec:
+        return DiskSpec(size=self.disk_size, bus=self.bus, format=self.format, cache=self.cache,
+                        aio=self.aio, iothread=self.iothread, cluster_size=self.cluster_size,
+                        preallocation=self.preallocation, lazy_refcounts=self.lazy_refcounts)
+
+
+class QemuGuestTarget(Target):
+    kind: ClassVar[str] = "qemu"
+    Params: ClassVar[type[TargetParams]] = QemuGuestParams
+    params: QemuGuestParams
+
+    def __init__(self, params: TargetParams, ledger: Ledger):
+        super().__init__(params, ledger)
+        self.tag = f"iolab-{uuid.uuid4().hex[:10]}"
+        self.vm: QemuVM | None = None
+        self.image: Path | None = None
+        self.loop: Any = None
+        self._made: list[Resource] = []
+
+    def describe(self) -> list[str]:
+        p = self.params
+        where = p.image_dir or "a scratch loop device (ext4) of its own"
+        return [
+            f"creates a {format_size(p.disk_size)} {p.format} image on {where}",
+            f"boots a QEMU guest ({p.vcpus} vCPU, {format_size(p.memory)}; KVM if it works, else TCG) "
+            f"with the disk on {p.bus}, cache={p.cache}, aio={p.aio}"
+            + (", iothread" if p.iothread else ""),
+            *([f"makes ext4 on the guest disk and mounts it at {GUEST_MOUNT}"] if p.guest_fs == "ext4" else []),
+            "stops the guest and removes the image and loop device at the end, also on failure",
+        ]
+
+    # ------------------------------------------------------------ setup
+
+    def setup(self) -> Placement:
+        try:
+            return self._setup()
+        except BaseException:
+            self.teardown()
+            raise
+
+    def _setup(self) -> Placement:
+        p = self.params
+        image = self._guest()
+        accel = probe_accel(image.kernel) if p.accel == "auto" else None
+        accel_name = accel.accel if accel else p.accel
+        directory, host_device = self._image_directory()
+        self.image = directory / f"{self.tag}.{p.format}"
+        self._made.append(self.ledger.add("file", str(self.image)))
+        create_image(p.disk_spec(), self.image)
+        if p.prefill:
+            _prefill(self.image, p.format, p.disk_size)
+        run_dir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
+        self._made.append(self.ledger.add("dir", str(run_dir), recursive=True))
+        spec = VmSpec(disk=p.disk_spec(), image=self.image, kernel=image.kernel, initramfs=image.initramfs,
+                      memory_mb=p.memory >> 20, vcpus=p.vcpus, accel=accel_name,
+                      cpu=accel.cpu if accel else ("host" if accel_name == "kvm" else None), tag=self.tag)
+        self.vm = QemuVM(spec, RunFiles(run_dir), self.ledger)
+        self.vm.start(p.boot_timeout)
+        executor = GuestExecutor(self.vm.channel)  # type: ignore[arg-type]
+        dev = self._wait_for_disk(executor, GUEST_DEVICE[p.bus])
+        mount = self._make_fs(executor, dev) if p.guest_fs == "ext4" else None
+        manifest = self._manifest(image, accel_name, accel.reason if accel else "set in the spec", dev,
+                                  host_device)
+        return Placement(
+            executor=executor, path=None if mount else f"/dev/{dev}", directory=mount,
+            host_device=host_device, guest_device=dev, is_block_device=mount is None, manifest=manifest,
+            extras={"qmp": self.vm.qmp, "vm": self.vm, "qemu_pid": self.vm.pid,
+                    "qmp_device": "testdisk", "accel": accel_name},
+        )
+
+    def _guest(self) -> guest_image.GuestImage:
+        p = self.params
+        if p.kernel and p.initramfs:
+            return guest_image.user_guest(p.kernel, p.initramfs)
+        return guest_image.build_guest(p.extra_binaries, kernel=Path(p.kernel) if p.kernel else None)
+
+    def _image_directory(self) -> tuple[Path, str | None]:
+        """Where the image goes and the host block device whose counters see its I/O.
+
+        Default: a scratch loop device carrying ext4, used by this image alone, so host-side
+        probes count exactly the image's I/O. image_dir: that directory, and its device.
+        """
+        from iolab.targets import blockinfo
+
+        p = self.params
+        if p.image_dir:
+            d = Path(p.image_dir)
+            if not d.is_dir():
+                raise CapabilityMissing(f"image_dir {d} is not a directory")
+            return d, blockinfo.device_of_path(str(d))
+        from iolab.targets.loop import create_scratch_loop
+
+        size = p.disk_size + p.disk_size // 8 + (64 << 20)  # qcow2 metadata + ext4 overhead
+        size = (size + (1 << 20) - 1) // (1 << 20) * (1 << 20)
+        self.loop = create_scratch_loop(self.ledger, size, filesystem="ext4", prefill=False, label="vm")
+        return Path(self.loop.mountpoint), os.path.basename(self.loop.device)
+
+    def _wait_for_disk(self, executor: GuestExecutor, dev: str) -> str:
+        """The guest's name for the test disk, once the driver has probed it (SCSI scans async)."""
+        script = ('i=0; while [ ! -e "/sys/block/$1/size" ] && [ $i -lt "$2" ]; do sleep 0.1; i=$((i+1)); done; '
+                  'cat "/sys/block/$1/size"')
+        res = executor.run(ExecRequest(["sh", "-c", script, "sh", dev, str(int(DEVICE_WAIT_S * 10))],
+                                       timeout_s=DEVICE_WAIT_S + 10))
+        if res.returncode != 0:
+            listing = executor.run(ExecRequest(["ls", "/sys/block"], timeout_s=10)).stdout.split()
+            raise VmError(f"the test disk did not appear as /dev/{dev} in the guest (bus={self.params.bus}); "
+                          f"guest block devices: {listing}\n{self._diagnosis()}")
+        sectors = int(res.stdout.split()[0])
+        if sectors * 512 != self.params.disk_size:
+            raise VmError(f"/dev/{dev} in the guest has {sectors * 512} bytes, expected {self.params.disk_size}")
+        return dev
+
+    def _make_fs(self, executor: GuestExecutor, dev: str) -> str:
+        script = ('mke2fs -q -F -t ext4 -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$1" && '
+                  'mkdir -p "$2" && mount -t ext4 "/dev/$1" "$2"')
+        _check(executor.run(ExecRequest(["sh", "-c", script, "sh", dev, GUEST_MOUNT], timeout_s=300)),
+               f"making ext4 on /dev/{dev} in the guest")
+        return GUEST_MOUNT
+
+    def _manifest(self, image: guest_image.GuestImage, accel: str, accel_reason: str, dev: str,
+                  host_device: str | None) -> dict[str, Any]:
+        assert self.vm is not None and self.image is not None
+        p = self.params
+        flags = ["tcg_emulation: the guest runs under software emulation; timings are not "
+                 "representative of KVM"] if accel == "tcg" else []
+        if not p.prefill:
+            flags.append("reads of never-written regions hit holes or unallocated clusters")
+        return {
+            "target": "qemu", "accel": accel, "accel_reason": accel_reason,
+            "qemu_version": qemu_version(), "qemu_cmdline": list(self.vm.argv),
+            "qemu_img_info": image_info(self.image), "guest_kernel": self.vm.kernel_release,
+            "guest_image": image.manifest(), "disk": asdict(p.disk_spec()) | {"cache_flags": asdict(p.disk_spec().flags)},
+            "guest_device": dev, "guest_fs": p.guest_fs, "host_device": host_device,
+            "image_path": str(self.image), "boot_seconds": self.vm.boot_seconds,
+            "memory_bytes": p.memory, "vcpus": p.vcpus, "prefilled": p.prefill, "flags": flags,
+        }
+
+    def _diagnosis(self) -> str:
+        return self.vm.diagnosis() if self.vm else ""
+
+    # ------------------------------------------------------------ between trials and after
+
+    def reset_between_trials(self, placement: Placement) -> None:
+        """Flush and drop the guest page cache so one trial's cache does not feed the next."""
+        placement.executor.run(ExecRequest(
+            ["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"], timeout_s=120))
+
+    def teardown(self) -> None:
+        errors = []
+        if self.vm is not None:
+            try:
+                self.vm.shutdown()
+            except Exception as exc:  # keep going: the image and loop must still go
+                errors.append(f"stopping the guest: {exc}")
+            self.vm = None
+        for res in reversed(self._made):
+            try:
+                self.ledger.release(res)
+            except Exception as exc:
+                errors.append(f"{res.kind} {res.ident}: {exc}")
+        self._made.clear()
+        if self.loop is not None:
+            from iolab.targets.loop import release_scratch_loop
+
+            try:
+                release_scratch_loop(self.ledger, self.loop)
+            except Exception as exc:
+                errors.append(f"scratch loop: {exc}")
+            self.loop = None
+        if errors:
+            raise IolabError("teardown of the QEMU target was incomplete: " + "; ".join(errors))
+
+
+def _check(res: ExecResult, what: str) -> None:
+    if res.returncode != 0:
+        raise VmError(f"{what} failed (rc {res.returncode}): {res.tail()}")
+
+
+def _prefill(image: Path, fmt: str, size: int) -> None:
+    """Write a pattern over the whole virtual disk through qemu-io (allocates every cluster)."""
+    exe = shutil.which("qemu-io")
+    if not exe:
+        raise CapabilityMissing("qemu-io is needed for prefill (Debian: apt-get install qemu-utils)")
+    chunk = 64 << 20
+    cmds = []
+    for off in range(0, size, chunk):
+        cmds += ["-c", f"write -P 0x5a {off} {min(chunk, size - off)}"]
+    proc = subprocess.run([exe, "-f", fmt, *cmds, str(image)], capture_output=True, text=True)
+    if proc.returncode != 0 or "error" in proc.stdout.lower():
+        raise VmError(f"prefilling {image} failed: {(proc.stderr or proc.stdout).strip()[-500:]}")

@@ -1,0 +1,227 @@
+"""GuestExecutor: iolab.core.exec's Executor, running commands through the guest agent.
+
+One guest serves many commands (one boot per target setup). Each request gets an id; a
+reader thread routes answers to the waiting Running, so spawns may overlap. A guest that
+stops answering produces a failed ExecResult that says why, with the console tail, rather
+than hanging the trial.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from iolab.core.exec import Executor, ExecRequest, ExecResult, Running
+from iolab.vm import protocol as P
+
+# Extra seconds the host waits beyond a command's own timeout before declaring the guest
+# hung: the agent enforces the timeout itself, so this only covers a stuck guest.
+HOST_GRACE_S = 20.0
+KILL_WAIT_S = 5.0
+
+
+class AgentChannel:
+    """The host end of the virtio-serial port: connect, hello, request/answer routing."""
+
+    def __init__(self, sock_path: Path, diagnose: Callable[[], str] = lambda: ""):
+        self.sock_path = sock_path
+        self.diagnose = diagnose
+        self.hello: P.Frame | None = None
+        self.closed_reason: str | None = None
+        self._fs: P.FrameSocket | None = None
+        self._answers: dict[int, P.Frame] = {}
+        self._cond = threading.Condition()
+        self._next_id = 1
+        self._reader: threading.Thread | None = None
+
+    def connect(self, timeout_s: float = 10.0) -> None:
+        """Connect to QEMU's chardev socket (it exists as soon as QEMU has parsed its args)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(str(self.sock_path))
+                break
+            except OSError as exc:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise P.ChannelClosed(f"cannot connect to the agent socket {self.sock_path}: {exc}")
+                time.sleep(0.02)
+        self._fs = P.FrameSocket(sock)
+        self._reader = threading.Thread(target=self._read_loop, name="iolab-agent-reader", daemon=True)
+        self._reader.start()
+        self._fs.send(P.PING, 0)  # in case the agent said hello before we connected
+
+    def wait_hello(self, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> P.Frame:
+        """Block until the agent greets; raises ChannelClosed / TimeoutError with the reason."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self.hello is None:
+                if self.closed_reason:
+                    raise P.ChannelClosed(self.closed_reason)
+                if not alive():
+                    raise P.ChannelClosed("QEMU exited before the guest agent started")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"the guest agent did not start within {timeout_s:.0f} s")
+                self._cond.wait(min(left, 0.2))
+            return self.hello
+
+    def _read_loop(self) -> None:
+        assert self._fs is not None
+        try:
+            while True:
+                frame = self._fs.recv()
+                with self._cond:
+                    if frame.type == P.HELLO:
+                        self.hello = self.hello or frame
+                    else:
+                        self._answers[frame.id] = frame
+                    self._cond.notify_all()
+        except (P.ChannelClosed, ValueError) as exc:
+            with self._cond:
+                self.closed_reason = self.closed_reason or str(exc)
+                self._cond.notify_all()
+
+    def request(self, fields: list[tuple[str, bytes | str]]) -> int:
+        with self._cond:
+            fid = self._next_id
+            self._next_id += 1
+        self._send(P.RUN, fid, fields)
+        return fid
+
+    def answer(self, fid: int, deadline: float) -> P.Frame | None:
+        """The answer to request `fid`, or None at the deadline or when the channel closes."""
+        with self._cond:
+            while fid not in self._answers:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed_reason:
+                    return None
+                self._cond.wait(min(left, 0.5))
+            return self._answers.pop(fid)
+
+    def kill(self, fid: int) -> None:
+        try:
+            self._send(P.KILL, fid, [])
+        except P.ChannelClosed:
+            pass
+
+    def poweroff(self) -> None:
+        self._send(P.POWEROFF, 0, [])
+
+    def _send(self, ftype: bytes, fid: int, fields: list[tuple[str, bytes | str]]) -> None:
+        if self._fs is None:
+            raise P.ChannelClosed("the agent channel is not connected")
+        if self.closed_reason:
+            raise P.ChannelClosed(self.closed_reason)
+        self._fs.send(ftype, fid, fields)
+
+    def close(self) -> None:
+        if self._fs is not None:
+            self._fs.close()
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+        with self._cond:
+            self.closed_reason = self.closed_reason or "closed by the host"
+            self._cond.notify_all()
+
+
+def request_fields(req: ExecRequest) -> list[tuple[str, bytes | str]]:
+    """An ExecRequest as agent fields; names are checked here so errors name the culprit."""
+    if not req.argv:
+        raise ValueError("empty argv")
+    fields: list[tuple[str, bytes | str]] = [("a", a) for a in req.argv]
+    fields.append(("t", str(max(1, int(req.timeout_s * 1000)))))
+    for name, text in req.files.items():
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"guest work-dir file names must be plain names, got {name!r}")
+        fields += [("f", name), ("d", text)]
+    for key, value in req.env.items():
+        if not key or "=" in key or "\0" in key + value:
+            raise ValueError(f"invalid environment variable name {key!r}")
+        fields.append(("e", f"{key}={value}"))
+    fields += [("g", p) for p in req.cgroup_procs]
+    fields += [("c", c) for c in req.collect]
+    return fields
+
+
+def result_from(req: ExecRequest, frame: P.Frame) -> ExecResult:
+    if frame.type == P.ERROR:
+        return failed_result(req, f"the guest agent refused the request: {frame.text('z')}", 0.0)
+    collected: dict[str, str] = {}
+    name: str | None = None
+    for tag, value in frame.fields:
+        if tag == "n":
+            name = value.decode(errors="replace")
+        elif tag == "d" and name is not None:
+            collected[name] = value.decode(errors="replace")
+            name = None
+    return ExecResult(
+        argv=list(req.argv), returncode=frame.number("r", -1),
+        stdout=frame.text("o"), stderr=frame.text("e"),
+        wall_s=frame.number("w") / 1e9, cpu_user_s=frame.number("u") / 1e6,
+        cpu_sys_s=frame.number("s") / 1e6, timed_out=bool(frame.number("x")),
+        collected=collected,
+    )
+
+
+def failed_result(req: ExecRequest, reason: str, wall_s: float, timed_out: bool = False) -> ExecResult:
+    return ExecResult(argv=list(req.argv), returncode=-1, stdout="", stderr=reason,
+                      wall_s=wall_s, cpu_user_s=0.0, cpu_sys_s=0.0, timed_out=timed_out)
+
+
+class _GuestRunning(Running):
+    def __init__(self, channel: AgentChannel, req: ExecRequest, grace_s: float):
+        self.channel = channel
+        self.req = req
+        self.grace_s = grace_s
+        self.t0 = time.monotonic()
+        self._result: ExecResult | None = None
+        self.fid = channel.request(request_fields(req))
+
+    def wait(self) -> ExecResult:
+        if self._result is None:
+            self._result = self._wait()
+        return self._result
+
+    def _wait(self) -> ExecResult:
+        frame = self.channel.answer(self.fid, self.t0 + self.req.timeout_s + self.grace_s)
+        if frame is None and not self.channel.closed_reason:
+            self.channel.kill(self.fid)
+            frame = self.channel.answer(self.fid, time.monotonic() + KILL_WAIT_S)
+        if frame is not None:
+            return result_from(self.req, frame)
+        wall = time.monotonic() - self.t0
+        if self.channel.closed_reason:
+            why = f"the guest went away while running the command: {self.channel.closed_reason}"
+            timed_out = False
+        else:
+            why = (f"the guest agent did not answer within {self.req.timeout_s + self.grace_s:.0f} s "
+                   f"(command timeout {self.req.timeout_s:.0f} s + {self.grace_s:.0f} s grace): "
+                   f"the guest looks hung")
+            timed_out = True
+        tail = self.channel.diagnose()
+        return failed_result(self.req, why + (f"\nguest console tail:\n{tail}" if tail else ""), wall, timed_out)
+
+    def kill(self) -> None:
+        self.channel.kill(self.fid)
+
+
+class GuestExecutor(Executor):
+    """Runs commands inside a booted guest; the work dir is /run/iolab/work in the guest."""
+
+    name = "guest"
+    workdir = "/run/iolab/work"
+
+    def __init__(self, channel: AgentChannel, grace_s: float = HOST_GRACE_S):
+        self.channel = channel
+        self.grace_s = grace_s
+
+    def spawn(self, req: ExecRequest) -> Running:
+        return _GuestRunning(self.channel, req, self.grace_s)
+
+    def close(self) -> None:
+        """Nothing to remove on the host: the work dir lives and dies with the guest."""

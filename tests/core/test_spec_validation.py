@@ -1,0 +1,119 @@
+"""A bad spec exits 2 naming the file and the key, and creates nothing; --dry-run creates nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core.helpers import LOOP_TARGET, Lab, all_loops, fio_workload, needs_fio, needs_root, one_line, study_table
+
+GOOD = study_table("specs") + LOOP_TARGET + fio_workload()
+
+
+def _assert_created_nothing(lab: Lab, loops_before: list[tuple[str, str]]) -> None:
+    assert lab.loops() == []
+    assert [l for l in all_loops() if l not in loops_before and "iolab-" in l[1]] == []
+    assert lab.scratch_entries() == [], "scratch dir must stay empty"
+    assert lab.run_rows() == [], "no run may be recorded"
+    assert lab.ledger_entries() == []
+
+
+BAD_SPECS = {
+    # id: (spec text, key path the message must name, words the message must contain)
+    "wrong-key": (study_table("bad") + LOOP_TARGET + fio_workload(blocksize="4k"),
+                  "workload.blocksize", ["unknown key"]),
+    "wrong-rw": (study_table("bad") + LOOP_TARGET + fio_workload(rw="sideways"),
+                 "workload.rw", ["sideways", "randread"]),
+    "wrong-bs": (study_table("bad") + LOOP_TARGET + fio_workload(bs="abc"),
+                 "workload.bs", ["abc"]),
+    "unknown-workload-kind": (study_table("bad") + LOOP_TARGET + fio_workload(kind="nope"),
+                              "workload.kind", ["nope", "fio"]),
+    "unknown-target-kind": (study_table("bad") + '[target]\nkind = "tape"\n' + fio_workload(),
+                            "target.kind", ["tape", "loop"]),
+    "missing-study": (LOOP_TARGET + fio_workload(), "study", ["missing"]),
+    "wrong-study-key": (study_table("bad", repetitons=3) + LOOP_TARGET + fio_workload(),
+                        "study.repetitons", ["unknown key"]),
+    "wrong-target-value": (study_table("bad") + '[target]\nkind = "loop"\nsize = "1k"\n' + fio_workload(),
+                           "target.size", ["16M"]),
+    "max-below-min": (study_table("bad", repetitions=5, max_repetitions=3) + LOOP_TARGET + fio_workload(),
+                      "study.max_repetitions", []),
+    "unknown-top-key": (study_table("bad") + LOOP_TARGET + fio_workload() + "[extra]\nx = 1\n",
+                        "extra", ["unknown key"]),
+    "empty-axis": (study_table("bad") + LOOP_TARGET + fio_workload(bs=[]), "workload.bs", ["axis"]),
+    "toml-syntax": ("[study\nname = 'x'\n", "(syntax)", []),
+}
+
+
+@needs_root
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_bad_spec_exits_2_naming_file_and_key(lab: Lab, case: str) -> None:
+    text, key, words = BAD_SPECS[case]
+    spec = lab.spec(text, "bad.toml")
+    before = all_loops()
+    r = lab.iolab("run", spec)
+    msg = one_line(r.stderr)
+    assert r.returncode == 2, r.stderr
+    assert f"{spec}: {key}:" in msg, f"message must name {spec} and {key}:\n{r.stderr}"
+    for w in words:
+        assert w in msg, f"message should mention {w!r}:\n{r.stderr}"
+    assert "Traceback" not in r.stderr
+    _assert_created_nothing(lab, before)
+
+
+@needs_root
+def test_bad_spec_names_every_problem_at_once(lab: Lab) -> None:
+    """All problems are reported together, so the user fixes the spec in one go."""
+    spec = lab.spec(study_table("bad") + '[target]\nkind = "tape"\n' + fio_workload(rw="sideways"), "bad.toml")
+    r = lab.iolab("run", spec)
+    msg = one_line(r.stderr)
+    assert r.returncode == 2
+    assert f"{spec}: target.kind:" in msg and f"{spec}: workload.rw:" in msg, r.stderr
+
+
+@needs_root
+def test_missing_spec_file_exits_2(lab: Lab) -> None:
+    r = lab.iolab("run", lab.root / "nope.toml")
+    assert r.returncode == 2, r.stderr
+    assert "nope.toml" in r.stderr
+
+
+@needs_root
+def test_spec_error_message_is_printed_verbatim(lab: Lab) -> None:
+    """The message is the user's guide to the fix: it must reach the terminal as written.
+
+    BUG (src/iolab/cli.py main): errors go through rich's console markup, so text in square
+    brackets is swallowed ('missing [study] table' prints as 'missing  table', fio job-file
+    sections like [global] vanish from messages) and lines are hard-wrapped at 80 columns
+    when stderr is not a terminal, which splits "file: key" pairs across lines.
+    """
+    spec = lab.spec(LOOP_TARGET + fio_workload(), "bad.toml")
+    r = lab.iolab("run", spec)
+    assert r.returncode == 2
+    assert "missing [study] table" in r.stderr, r.stderr
+
+    long_dir = lab.root / ("a-rather-long-directory-name-" * 2)
+    long_dir.mkdir()
+    spec = long_dir / "bad.toml"
+    spec.write_text(study_table("bad") + LOOP_TARGET + fio_workload(rw="sideways"))
+    r = lab.iolab("run", spec)
+    assert r.returncode == 2
+    lines = [line for line in r.stderr.splitlines() if "workload.rw" in line]
+    assert lines and lines[0].startswith(f"{spec}: workload.rw: "), r.stderr
+    assert "'randrw' (got 'sideways')" in lines[0], f"the message was wrapped:\n{r.stderr}"
+
+
+@needs_root
+@needs_fio
+def test_dry_run_prints_plan_and_creates_nothing(lab: Lab) -> None:
+    spec = lab.spec(study_table("dry", repetitions=3, max_repetitions=5)
+                    + LOOP_TARGET + fio_workload(bs=["4k", "8k"]))
+    before = all_loops()
+    r = lab.iolab("run", spec, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "2 configuration(s) x 3..5 repetitions = 6..10 trials" in out
+    assert "estimated time:" in out
+    assert "will create or touch:" in out
+    assert "64m image under " + str(lab.scratch) in out and "loop device" in out
+    # each configuration with its timeout
+    assert out.count("timeout") == 2
+    _assert_created_nothing(lab, before)
