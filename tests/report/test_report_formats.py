@@ -73,7 +73,7 @@ def test_markdown_has_every_part(sample_run: tuple) -> None:
     assert "## Environment / manifest" in md and '"fio_version": "fio-3.38"' in md
     assert "## Study spec (builtin:write-modes)" in md
     assert "_target" not in md.split("## Environment")[0], "full configs stay out of the tables"
-    assert "**Date:** 2025-03-01T14:22:33Z" in md
+    assert "**Date:** 2025-03-01 14:22 UTC" in md
 
 
 def test_markdown_escapes_pipes() -> None:

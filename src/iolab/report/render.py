@@ -199,8 +199,19 @@ def run_date(doc: dict[str, Any]) -> str:
             if _is_number(v) and v > 0:
                 return datetime.fromtimestamp(float(v), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
             if isinstance(v, str) and v:
-                return v
+                return _pretty_iso(v)
     return datetime.now(tz=timezone.utc).strftime("rendered %Y-%m-%d %H:%M UTC")
+
+
+def _pretty_iso(text: str) -> str:
+    """'2025-03-01T14:22:33Z' → '2025-03-01 14:22 UTC'; anything unparsable is shown as is."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    if when.tzinfo is None:
+        return when.strftime("%Y-%m-%d %H:%M")
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def trial_counts(doc: dict[str, Any]) -> dict[str, int]:
