@@ -17,8 +17,8 @@ from iolab.core import paths
 from iolab.core.errors import IolabError
 from iolab.store.sqlite import Store
 
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
 
 db_option = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                          help="results database (default: $IOLAB_DATA/results.sqlite)")

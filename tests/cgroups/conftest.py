@@ -83,12 +83,19 @@ FioResult = dict[str, float]
 def run_fio_groups(device: str, procs: dict[str, str], runtime_s: int = 8, iodepth: int = 32,
                    sample: Callable[[], None] | None = None) -> dict[str, FioResult]:
     """One fio process per group, each joined to its cgroup before exec; returns
-    {group: {"iops", "ios", "cpu"}} from fio's JSON."""
+    {group: {"iops", "ios", "cpu"}} from fio's JSON.
+
+    All processes wait at a gate (a file appearing) and exec fio together: started one
+    after another, the first gets the device alone for a few hundred ms on a busy
+    machine and the last alone at the end, which pulls fio's whole-run ratios toward 1.
+    """
     ex = HostExecutor()
+    gate = ex.workdir / "go"
     try:
         running = {}
         for name, procs_file in procs.items():
-            argv = ["fio", f"--name={name}", f"--filename={device}", "--rw=randread", "--bs=4k",
+            argv = ["sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.005; done; exec "$@"', str(gate),
+                    "fio", f"--name={name}", f"--filename={device}", "--rw=randread", "--bs=4k",
                     "--ioengine=libaio", f"--iodepth={iodepth}", "--direct=1", "--time_based",
                     f"--runtime={runtime_s}", "--randrepeat=0", "--output-format=json",
                     f"--output={name}.json"]
@@ -96,6 +103,7 @@ def run_fio_groups(device: str, procs: dict[str, str], runtime_s: int = 8, iodep
                                                  cgroup_procs=[procs_file], collect=[f"{name}.json"]))
         if sample:
             sample()
+        gate.touch()
         out = {}
         for name, r in running.items():
             res = r.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:  # lets the tests do `from tests.core.helpers import ...`
     sys.path.insert(0, str(_ROOT))
 
-from tests.core.helpers import IOLAB, Lab, make_lab  # noqa: E402
+from tests.core.helpers import IOLAB, LOOP_TARGET, Lab, fio_workload, make_lab, study_table  # noqa: E402
 
 
 @pytest.fixture
@@ -25,11 +26,19 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         lab.force_cleanup()
 
 
-@pytest.fixture(scope="module")
-def module_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """One lab shared by the tests of a module (to run one study once and look at it many ways)."""
-    lab = make_lab(tmp_path_factory.mktemp("modlab"))
+@pytest.fixture(scope="session")
+def basic_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, dict[str, Any]]]:
+    """One small complete study, run once and looked at many ways: (lab, its JSON report).
+
+    Loop target, 2 configurations (bs 4k, 8k) x exactly 3 repetitions of a 1 s randread.
+    """
+    lab = make_lab(tmp_path_factory.mktemp("basic"))
     try:
-        yield lab
+        spec = lab.spec(study_table("basic", repetitions=3, max_repetitions=3) + LOOP_TARGET
+                        + fio_workload(bs=["4k", "8k"]))
+        r = lab.iolab("run", spec, timeout=180)
+        assert r.returncode == 0, r.stderr
+        lab.basic_stdout, lab.basic_stderr = r.stdout, r.stderr  # type: ignore[attr-defined]
+        yield lab, lab.report_json()
     finally:
         lab.force_cleanup()

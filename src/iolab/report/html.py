@@ -40,12 +40,19 @@ def render_html(doc: dict[str, Any], sections: list[Section], summary: list[str]
 
 
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["breakable"] = breakable
+    return env
+
+
+def breakable(name: str) -> Markup:
+    """Let long snake_case headers wrap after '_' instead of mid-word ('throughput_' / 'mib_s')."""
+    return Markup("_<wbr>").join(Markup.escape(part) for part in str(name).split("_"))
 
 
 def build_context(doc: dict[str, Any], sections: list[Section], summary: list[str]) -> dict[str, Any]:
@@ -194,7 +201,7 @@ def _trials_view(trials: list[dict[str, Any]]) -> dict[str, Any]:
                 "ok": t.get("status") == "ok",
                 "error": t.get("error") or "",
                 "metrics": [fmt_num(m.get(k)) for k in shown],
-                "flags": [str(f) for f in (t.get("flags") or [])],
+                "flags": [{"name": str(f).split(":", 1)[0].strip(), "text": str(f)} for f in (t.get("flags") or [])],
             }
         )
     return {"params": params, "metrics": shown, "hidden_metrics": len(metrics) - len(shown), "rows": rows}

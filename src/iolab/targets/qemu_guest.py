@@ -185,7 +185,7 @@ class QemuGuestTarget(Target):
         return dev
 
     def _make_fs(self, executor: GuestExecutor, dev: str) -> str:
-        script = ('mke2fs -q -F -t ext4 -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$1" && '
+        script = ('/usr/sbin/mke2fs -q -F -t ext4 -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$1" && '
                   'mkdir -p "$2" && mount -t ext4 "/dev/$1" "$2"')
         _check(executor.run(ExecRequest(["sh", "-c", script, "sh", dev, GUEST_MOUNT], timeout_s=300)),
                f"making ext4 on /dev/{dev} in the guest")

@@ -446,6 +446,7 @@ class QemuVM:
     channel: AgentChannel | None = None
     kernel_release: str | None = None
     boot_seconds: float | None = None
+    started_at: float | None = None  # time.monotonic() just before QEMU was launched
     _res: Resource | None = None
 
     @property
@@ -459,7 +460,7 @@ class QemuVM:
         """Launch and wait for the agent's hello; on any failure kill QEMU and raise VmError."""
         self.files.directory.mkdir(parents=True, exist_ok=True)
         self.argv = build_command(self.spec, self.files, qemu_system())
-        t0 = time.monotonic()
+        t0 = self.started_at = time.monotonic()
         with open(self.files.stderr, "wb") as err:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                          start_new_session=True)

@@ -3,7 +3,8 @@
 # dependency order the host computed from modules.dep, then become the agent.
 # Everything the host needs comes back over virtio-serial, never over this console.
 /bin/busybox --install -s /bin
-export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
+# real binaries added to the image win over busybox applets of the same name
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null

@@ -1,0 +1,99 @@
+"""The results contract of design.md, and the other report formats, on a real run."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from tests.core.helpers import Lab, needs_fio, needs_root
+
+pytestmark = [needs_root, needs_fio]
+
+
+def test_run_ends_with_summary_and_report_path(basic_run: tuple[Lab, dict[str, Any]]) -> None:
+    lab, doc = basic_run
+    out = lab.basic_stdout  # type: ignore[attr-defined]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("report: ") and last.endswith("report.html")
+    path = last.split("report: ", 1)[1]
+    assert path.startswith(str(lab.data)) and doc["run_id"] in path
+    html = open(path).read()
+    assert html.lstrip().lower().startswith("<!doctype html") and doc["run_id"] in html
+    assert "6/6 trials ok" in lab.basic_stderr  # type: ignore[attr-defined]
+    lab.assert_nothing_left()
+
+
+def test_json_follows_the_contract(basic_run: tuple[Lab, dict[str, Any]]) -> None:
+    lab, doc = basic_run
+    r = lab.iolab("report", "latest", "--format", "json")
+    assert r.returncode == 0
+    assert json.loads(r.stdout) == doc, "one JSON object, nothing else on stdout"
+
+    assert isinstance(doc["run_id"], str) and doc["run_id"]
+    assert doc["study"] == "basic"
+    assert doc["status"] in {"complete", "partial", "failed"}
+    assert doc["status"] == "complete"
+    env = doc["environment"]
+    for key in ("kernel", "fio_version", "iolab_version", "cgroup_mode", "cpus"):
+        assert env.get(key), f"environment.{key} missing"
+    assert env["fio_version"].startswith("fio-")
+
+    assert len(doc["trials"]) == 6
+    ids = [t["id"] for t in doc["trials"]]
+    assert len(set(ids)) == 6
+    for t in doc["trials"]:
+        assert isinstance(t["id"], str)
+        assert isinstance(t["params"], dict) and t["params"]["bs"] in (4096, 8192)
+        assert isinstance(t["repetition"], int) and 0 <= t["repetition"] < 3
+        assert t["status"] == "ok" and t["error"] is None
+        m = t["metrics"]
+        for key in ("iops", "bw_mib_s", "read_iops", "read_lat_mean_us", "read_clat_p99_us", "runtime_s"):
+            assert isinstance(m[key], (int, float)) and math.isfinite(m[key]) and m[key] > 0, key
+        assert abs(m["bw_mib_s"] - m["iops"] * t["params"]["bs"] / (1 << 20)) < 0.02 * m["bw_mib_s"]
+        assert isinstance(t["probes"], dict)
+        # the manifest makes the result rerunnable: the exact job text and the queue settings
+        assert "rw=randread" in t["manifest"]["job"] and f"bs={t['params']['bs']}" in t["manifest"]["job"]
+        assert t["manifest"]["target"]["queue"]["loop_dio"] == "1"
+    assert {(t["params"]["bs"], t["repetition"]) for t in doc["trials"]} == \
+        {(bs, r) for bs in (4096, 8192) for r in range(3)}
+
+    assert "findings" in doc and isinstance(doc["findings"], dict) and doc["findings"]
+    configs = doc["findings"]["configs"]
+    assert len(configs) == 2
+    for c in configs:
+        assert c["n_ok"] == 3
+        est = c["metrics"]["iops"]
+        lo, hi = est["ci95"]
+        assert lo <= est["mean"] <= hi
+
+
+def test_csv_md_html_and_runs(basic_run: tuple[Lab, dict[str, Any]]) -> None:
+    lab, doc = basic_run
+    r = lab.iolab("report", doc["run_id"], "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert len(rows) >= 7, r.stdout[:500]  # a header and a row per trial at least
+    assert any(doc["trials"][0]["id"] in ",".join(row) for row in rows) or len(rows) >= 7
+
+    r = lab.iolab("report", doc["run_id"][:20], "--format", "md")  # an id prefix is enough
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.lstrip().startswith("#") and "basic" in r.stdout
+
+    out = lab.root / "r.html"
+    r = lab.iolab("report", "latest", "-o", out)
+    assert r.returncode == 0 and out.read_text().lstrip().lower().startswith("<!doctype html")
+
+    r = lab.iolab("runs")
+    assert r.returncode == 0
+    assert doc["run_id"] in r.stdout, f"`iolab runs` must show the whole run id:\n{r.stdout}"
+    assert "complete" in r.stdout and "6/6" in r.stdout
+
+
+def test_unknown_run_is_a_clear_error(basic_run: tuple[Lab, dict[str, Any]]) -> None:
+    lab, _ = basic_run
+    r = lab.iolab("report", "no-such-run", "--format", "json")
+    assert r.returncode == 1
+    assert "no-such-run" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,107 @@
+"""The runner: per-trial timeout, adaptive stopping, interleaved order."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+from iolab.analysis.stats import mean_ci
+from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, study_table
+
+
+@needs_root
+@needs_fio
+def test_trial_timeout_fails_that_config_while_the_study_goes_on(lab: Lab) -> None:
+    spec = lab.spec(study_table("timeouts", trial_timeout=2, repetitions=3, max_repetitions=3)
+                    + LOOP_TARGET + fio_workload(runtime=[1, 6]))
+    r = lab.iolab("run", spec, timeout=120)
+    assert r.returncode == 0, r.stderr  # partial is not a failure of the command
+    doc = lab.report_json()
+    assert doc["status"] == "partial"
+    by_runtime: dict[float, list[dict]] = {}
+    for t in doc["trials"]:
+        by_runtime.setdefault(t["params"]["runtime"], []).append(t)
+    fast, slow = by_runtime[1.0], by_runtime[6.0]
+    assert [t["status"] for t in fast] == ["ok"] * 3
+    assert slow and all(t["status"] == "failed" for t in slow)
+    for t in slow:
+        assert re.search(r"did not finish within 2 s|time(d)? ?out", t["error"]), t["error"]
+        assert t["metrics"] == {}
+        # killed at the deadline, not after fio's 6 s
+        assert t["ended"] - t["started"] < 4.5, t
+    # a configuration that keeps failing is given up, not retried up to the cap
+    assert len(slow) == 2
+    lab.assert_nothing_left()
+
+
+def _stored_values(lab: Lab) -> list[float]:
+    doc = lab.report_json()
+    return [t["metrics"]["iops"] for t in doc["trials"] if t["status"] == "ok"]
+
+
+def _expected_stop(values: list[float], lo: int, hi: int, target: float) -> int:
+    """Where the documented rule stops: the first n >= lo whose CI half-width/mean <= target, else hi."""
+    for n in range(lo, hi + 1):
+        if n == hi or mean_ci(values[:n]).rel_half_width <= target:
+            return n
+    return hi
+
+
+@needs_root
+@needs_fio
+def test_adaptive_stopping_goes_to_the_cap_when_the_ci_is_too_wide(lab: Lab) -> None:
+    spec = lab.spec(study_table("adaptive-tight", repetitions=3, max_repetitions=5, ci_target=0.0001)
+                    + LOOP_TARGET + fio_workload())
+    r = lab.iolab("run", spec, timeout=120)
+    assert r.returncode == 0, r.stderr
+    values = _stored_values(lab)
+    assert len(values) == 5
+    assert mean_ci(values[:4]).rel_half_width > 0.0001
+
+
+@needs_root
+@needs_fio
+def test_adaptive_stopping_stops_at_the_minimum_when_the_ci_is_tight_enough(lab: Lab) -> None:
+    # Reads served from the page cache: a steady rate, so 3 repetitions give a CI well within 90 %.
+    spec = lab.spec(study_table("adaptive-loose", repetitions=3, max_repetitions=5, ci_target=0.9)
+                    + '[target]\nkind = "host"\n'
+                    + fio_workload(direct=False, ioengine="psync", size="4M"))
+    r = lab.iolab("run", spec, timeout=120)
+    assert r.returncode == 0, r.stderr
+    values = _stored_values(lab)
+    assert 3 <= len(values) <= 5
+    # The runner stopped exactly where the rule says (robust to a noisy machine) ...
+    assert len(values) == _expected_stop(values, 3, 5, 0.9), values
+    # ... and on any sane machine that is right at the minimum.
+    assert len(values) == 3, f"3 repetitions were not enough for a 90% CI target: {values}"
+
+
+@needs_root
+@needs_fio
+def test_trials_are_interleaved_across_configurations(basic_run: tuple[Lab, dict]) -> None:
+    lab, doc = basic_run
+    order = [t["params"]["bs"] for t in doc["trials"]]
+    assert Counter(order) == {4096: 3, 8192: 3}
+    # forward, then backward, then forward: A B | B A | A B
+    assert order == [4096, 8192, 8192, 4096, 4096, 8192]
+    # the store's own order (seq) is the execution order (start times increase)
+    rows = lab.trial_rows(doc["run_id"])
+    assert [r[0] for r in rows] == [t["id"] for t in doc["trials"]]
+    starts = [r[4] for r in rows]
+    assert starts == sorted(starts)
+
+
+def test_sequential_order_keeps_configs_together() -> None:
+    """order = "sequential" is the opt-out: A A A B B B (checked on the planner, no I/O)."""
+    from iolab.core.model import Config
+    from iolab.runner import plan
+
+    a, b = Config({"kind": "loop"}, {"bs": 1}), Config({"kind": "loop"}, {"bs": 2})
+    assert [plan.round_order([a, b], r, True) for r in range(3)] == [[a, b], [b, a], [a, b]]
+    assert [plan.round_order([a, b], r, False) for r in range(2)] == [[a, b], [a, b]]
+    assert plan.needs_more([1.0, 1.0], 3, 5, 2, 0.5)  # below the minimum
+    assert not plan.needs_more([1.0, 1.0, 1.0], 3, 5, 3, 0.5)  # tight
+    assert plan.needs_more([1.0, 2.0, 3.0], 3, 5, 3, 0.01)  # wide
+    assert not plan.needs_more([1.0, 2.0, 3.0, 4.0, 5.0], 3, 5, 5, 0.01)  # cap
+    assert not math.isfinite(mean_ci([1.0]).half_width)
