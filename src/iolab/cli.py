@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from iolab import __version__
@@ -221,7 +222,7 @@ def doctor(as_json: bool) -> None:
         return
     for item in results["checks"]:
         mark = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "missing": "[red]missing[/red]"}[item["state"]]
-        out.print(f"{mark:>24}  [bold]{item['name']:14}[/bold] {item['detail']}")
+        out.print(f"{mark:>24}  [bold]{item['name']:14}[/bold] {escape(item['detail'])}")
 
 
 @cli.command()

@@ -43,7 +43,7 @@ def present(doc: dict[str, Any], findings: dict[str, Any]) -> tuple[list[str], l
     rows, notes = [], []
     for c in configs:
         row: list[Any] = [c["labels"].get(k) for k in label_keys]
-        row += [_pm(c["metrics"].get(m)) for m in shown]
+        row += [c["metrics"].get(m) or "–" for m in shown]
         row += [f"{c['n_ok']}/{c['n_ok'] + c['n_failed']}", ", ".join(c["flags"])]
         rows.append(row)
         for e in c["errors"]:
@@ -60,12 +60,3 @@ def present(doc: dict[str, Any], findings: dict[str, Any]) -> tuple[list[str], l
             [c["metrics"].get(m, {}).get("ci95", [None, None])[1] for c in configs])]))
     summary = [f"{len(configs)} configuration(s), {sum(c['n_ok'] for c in configs)} successful trial(s)"]
     return summary, [Section("Results", blocks)]
-
-
-def _pm(est: dict[str, Any] | None) -> str:
-    if not est or est.get("mean") is None:
-        return "–"
-    lo, hi = est["ci95"]
-    if lo is None or hi is None:
-        return f"{est['mean']:.4g}"
-    return f"{est['mean']:.4g} ± {(hi - lo) / 2:.2g}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,15 +43,11 @@ def flags_by(trials: list[dict[str, Any]], keys: Sequence[str]) -> dict[tuple, l
     return {k: sorted(v) for k, v in out.items()}
 
 
-def fmt_est(est: dict[str, Any] | None, digits: int = 3) -> str:
-    """'123 ± 4' (mean ± 95% CI half-width), or '–'."""
+def fmt_est(est: dict[str, Any] | None) -> dict[str, Any] | str:
+    """A table cell: the estimate itself (renderers show 'mean ± half-width' or '[lo, hi]'), or '–'."""
     if not est or est.get("mean") is None:
         return "–"
-    m = est["mean"]
-    lo, hi = est.get("ci95") or (None, None)
-    if lo is None or hi is None or not math.isfinite(lo) or not math.isfinite(hi):
-        return f"{m:.{digits}g}"
-    return f"{m:.{digits}g} ± {(hi - lo) / 2:.2g}"
+    return est
 
 
 def size_label(n: int | str) -> str:
