@@ -37,14 +37,20 @@ def _run(backend: str, loopdev: str, ledger: Ledger, fio_groups: Callable[..., d
 def _report(label: str, fio: dict, series: Series) -> dict[str, float]:
     base = fio["w100"]["iops"]
     ratios = {n: fio[n]["iops"] / base for n in NAMES}
-    # steady window from the kernel counters: skip the first second (processes starting)
-    start = next(i for i, t in enumerate(series.t) if t >= 1.0)
-    kratio = series.window_ratio(start, -1, "w100")
+    kratio = _steady_ratios(series)
     print(f"\n{label}: fio IOPS " + " ".join(f"{n}={fio[n]['iops']:.0f}" for n in NAMES))
     print(f"{label}: fio ratio " + " ".join(f"{n}={ratios[n]:.2f}" for n in NAMES)
           + f" | kernel steady ratio " + " ".join(f"{n}={kratio[n]:.2f}" for n in NAMES)
           + f" | fio cpu busy " + " ".join(f"{fio[n]['cpu']:.2f}" for n in NAMES))
     return ratios
+
+
+def _steady_ratios(series: Series) -> dict[str, float]:
+    """Kernel IOPS ratios from 1 s after the start to the last sample where all groups ran."""
+    start = next(i for i, t in enumerate(series.t) if t >= 1.0)
+    rates = series.iops()
+    end = max(k for k, (_t, r) in enumerate(rates) if min(r.values()) > 0) + 1
+    return series.window_ratio(start, end, "w100")
 
 
 def _check_counters_agree(fio: dict, final: dict) -> None:
@@ -59,8 +65,10 @@ def test_bfq_splits_by_weight(loopdev: str, ledger: Ledger, fio_groups: Callable
     ratios = _report("bfq", fio, series)
     _check_counters_agree(fio, extra["final"])
     assert extra["manifest"]["device"]["scheduler"] == "bfq"
+    kernel = _steady_ratios(series)
     for n, w in zip(NAMES, WEIGHTS):
-        assert ratios[n] == pytest.approx(w / 100, rel=0.15), f"{n}: ratio {ratios[n]:.2f}"
+        assert ratios[n] == pytest.approx(w / 100, rel=0.15), f"{n}: fio ratio {ratios[n]:.2f}"
+        assert kernel[n] == pytest.approx(w / 100, rel=0.15), f"{n}: kernel ratio {kernel[n]:.2f}"
 
 
 def test_none_is_not_proportional(loopdev: str, ledger: Ledger, fio_groups: Callable[..., dict],
@@ -70,5 +78,7 @@ def test_none_is_not_proportional(loopdev: str, ledger: Ledger, fio_groups: Call
     _check_counters_agree(fio, extra["final"])
     assert extra["manifest"]["device"]["scheduler"] == "none"
     assert extra["manifest"]["cgroups"]["groups"] == dict(zip(NAMES, WEIGHTS))  # written anyway
-    assert ratios["w800"] < 2.0, "weights look enforced with scheduler none"
-    assert max(ratios.values()) / min(ratios.values()) < 2.0
+    kernel = _steady_ratios(series)
+    for r in (ratios, kernel):
+        assert r["w800"] < 2.0, "weights look enforced with scheduler none"
+        assert max(r.values()) / min(r.values()) < 2.0

@@ -228,6 +228,23 @@ def test_exception_after_boot_tears_everything_down(state, monkeypatch: pytest.M
                 if target.tag in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
 
 
+def test_killed_guest_fails_the_running_command_with_a_reason(state, tmp_path: Path) -> None:
+    ledger = Ledger()
+    target = QemuGuestTarget(QemuGuestParams(disk_size="16M", image_dir=str(tmp_path)), ledger)
+    try:
+        pl = target.setup()
+        running = pl.executor.spawn(ExecRequest(["sleep", "60"], timeout_s=120))
+        time.sleep(0.3)
+        os.kill(pl.extras["qemu_pid"], signal.SIGKILL)
+        res = running.wait()
+        assert res.returncode == -1 and "the guest went away" in res.stderr
+        assert "QEMU exited with status -9" in res.stderr
+    finally:
+        target.teardown()
+    assert not _pids_of(target.tag) and ledger._items == []
+    assert not list(tmp_path.glob("iolab-*"))
+
+
 def test_invalid_axes_are_refused_before_anything_runs() -> None:
     with pytest.raises(ValidationError, match="aio=native needs cache.direct=on"):
         QemuGuestParams(aio="native", cache="writeback")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from iolab.cgroups.detect import Mounts
 from iolab.cgroups.device import BlockDev
 from iolab.cgroups.scheduler import available
+from iolab.cgroups.v1_bfq import BFQ_TUNABLES  # same reasons as v1-bfq
 from iolab.cgroups.v2 import V2Backend
 
 
@@ -14,7 +15,7 @@ class V2Bfq(V2Backend):
     weight_range = (1, 1000)
     default_weight = 100
     scheduler = "bfq"
-    tunables = {"low_latency": "0"}  # same reason as v1-bfq: no weight-raising of new queues
+    tunables = BFQ_TUNABLES
 
     @classmethod
     def unavailable_reason(cls, m: Mounts, dev: BlockDev | None) -> str | None:

@@ -127,7 +127,8 @@ class QemuGuestTarget(Target):
         self._made.append(self.ledger.add("dir", str(run_dir), recursive=True))
         spec = VmSpec(disk=p.disk_spec(), image=self.image, kernel=image.kernel, initramfs=image.initramfs,
                       memory_mb=p.memory >> 20, vcpus=p.vcpus, accel=accel_name,
-                      cpu=accel.cpu if accel else ("host" if accel_name == "kvm" else None), tag=self.tag)
+                      cpu=accel.cpu if accel else ("host" if accel_name == "kvm" else None), tag=self.tag,
+                      module_groups=(p.bus, *(["ext4"] if p.guest_fs == "ext4" else [])))
         self.vm = QemuVM(spec, RunFiles(run_dir), self.ledger)
         self.vm.start(p.boot_timeout)
         executor = GuestExecutor(self.vm.channel)  # type: ignore[arg-type]

@@ -30,11 +30,19 @@ from iolab.vm import cpio
 FORMAT_VERSION = "1"  # bump when the image layout changes in a way the inputs do not show
 COMPRESS = False  # measured: an uncompressed cpio boots faster under TCG (no gunzip in the guest)
 DEFAULT_BINARIES = ("/usr/bin/fio", "/usr/sbin/mke2fs")  # mke2fs: guest_fs="ext4"
-# Storage drivers for every bus iolab offers, ext4 for guest_fs, the agent's channel.
-DEFAULT_MODULES = (
-    "virtio_pci", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_net",
-    "sd_mod", "ata_piix", "ahci", "nvme", "ext4", "crc32c_generic", "crc32c-intel",
-)
+# Kernel modules by group. The image holds all of them; init loads "base" plus the groups
+# named in the kernel argument iolab_modules= (all groups if absent), because under TCG
+# each module costs boot time (insmod, relocation, and device probing such as IDE ports).
+MODULE_GROUPS: dict[str, tuple[str, ...]] = {
+    "base": ("virtio_pci", "virtio_console"),
+    "virtio-blk": ("virtio_blk",),
+    "virtio-scsi": ("virtio_scsi", "sd_mod"),
+    "ide": ("ata_piix", "sd_mod"),
+    "ahci": ("ahci", "sd_mod"),
+    "nvme": ("nvme",),
+    "ext4": ("ext4", "crc32c_generic", "crc32c-intel"),
+    "net": ("virtio_net",),
+}
 
 
 @dataclass(frozen=True)
@@ -181,16 +189,17 @@ def build_agent() -> Path:
 # ---------------------------------------------------------------- assembling the image
 
 def image_entries(release: str, extra_binaries: Iterable[Path | str] = (),
-                  extra_files: Mapping[str, Path | str] | None = None,
-                  modules: Iterable[str] = DEFAULT_MODULES) -> list[cpio.Entry]:
+                  extra_files: Mapping[str, Path | str] | None = None) -> list[cpio.Entry]:
     """Every member of the initramfs; the image hash is computed over these."""
     moddir = Path("/lib/modules") / release
-    mods = module_closure(moddir, modules)
+    mods = module_closure(moddir, [m for group in MODULE_GROUPS.values() for m in group])
     entries = [
         cpio.file_data("init", guest_source("init.sh"), 0o755),
         cpio.file_from("sbin/iolab-agent", build_agent()),
         cpio.file_from("bin/busybox", find_busybox()),
-        cpio.file_data("etc/iolab/modules", ("\n".join(mods) + "\n").encode()),
+        *(cpio.file_data(f"etc/iolab/modules.{group}",
+                         ("\n".join(module_closure(moddir, names)) + "\n").encode())
+          for group, names in MODULE_GROUPS.items()),
         cpio.file_data("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n"),
         cpio.file_data("etc/group", b"root:x:0:\n"),
         cpio.file_data(f"lib/modules/{release}/modules.dep", _dep_subset(moddir, mods)),

@@ -137,6 +137,8 @@ class VmSpec:
     accel: Accel = "tcg"
     cpu: str | None = None  # KVM only: the -cpu model the accel probe found to boot
     tag: str = "iolab-vm"
+    # Module groups the built-in init loads (guest_image.MODULE_GROUPS); () = all of them.
+    module_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -220,12 +222,16 @@ def build_command(spec: VmSpec, files: RunFiles, qemu: str = "qemu-system-x86_64
     if spec.cpu is not None and not re.fullmatch(r"[a-zA-Z0-9_.-]+", spec.cpu):
         raise ValueError(f"invalid CPU model {spec.cpu!r}")
     cpu = ["-cpu", spec.cpu] if spec.accel == "kvm" and spec.cpu else []
+    for g in spec.module_groups:
+        if not re.fullmatch(r"[a-z0-9-]+", g):
+            raise ValueError(f"invalid module group {g!r}")
+    append = [*KERNEL_ARGS, *([f"iolab_modules={','.join(spec.module_groups)}"] if spec.module_groups else [])]
     return [
         qemu, "-name", spec.tag, "-nodefaults", "-nographic", "-no-reboot",
         "-machine", "pc", "-accel", spec.accel, *cpu,
         "-m", f"{spec.memory_mb}M", "-smp", str(spec.vcpus),
         "-kernel", str(spec.kernel), "-initrd", str(spec.initramfs),
-        "-append", " ".join(KERNEL_ARGS),
+        "-append", " ".join(append),
         "-chardev", f"file,id=console,path={_opt_path(files.console)}", "-serial", "chardev:console",
         "-chardev", f"socket,id=qmp,path={_opt_path(files.qmp)},server=on,wait=off",
         "-mon", "chardev=qmp,mode=control",
@@ -318,6 +324,13 @@ def probe_accel(kernel: Path, refresh: bool = False) -> AccelInfo:
     cache.write_text(json.dumps({"boot_id": _boot_id(), "accel": info.accel, "reason": info.reason,
                                  "checked_at": info.checked_at, "cpu": info.cpu}))
     return info
+
+
+def detect_accel(refresh: bool = False) -> AccelInfo:
+    """probe_accel with the host's own kernel, for `iolab doctor` (no guest image needed)."""
+    from iolab.vm.guest_image import host_kernel
+
+    return probe_accel(host_kernel()[0], refresh=refresh)
 
 
 def _cached_accel(cache: Path) -> AccelInfo | None:
@@ -473,9 +486,11 @@ class QemuVM:
             self.qmp = QmpSession(self.files.qmp)
             self.qmp.connect()
             hello = self.channel.wait_hello(timeout, alive=self.alive)
-        except Exception as exc:
-            why = str(exc) or type(exc).__name__
+        except BaseException as exc:
             self.kill()
+            if not isinstance(exc, Exception):  # Ctrl-C: already cleaned up, let it through
+                raise
+            why = str(exc) or type(exc).__name__
             raise VmError(f"guest {self.spec.tag} did not come up: {why}\n{self.diagnosis()}") from exc
         self.kernel_release = hello.text("k")
         self.boot_seconds = time.monotonic() - t0
@@ -490,6 +505,8 @@ class QemuVM:
     def diagnosis(self) -> str:
         """Why a guest failed, for error messages: QEMU's exit, its stderr, the console tail."""
         parts = []
+        if self.proc is not None and self.channel is not None and self.channel.closed_reason:
+            self._wait_exit(2.0)  # the channel closes a moment before QEMU can be reaped
         if self.proc is not None and self.proc.poll() is not None:
             parts.append(f"QEMU exited with status {self.proc.returncode}")
         try:
@@ -509,7 +526,7 @@ class QemuVM:
 
     def shutdown(self, timeout_s: float = 15.0) -> None:
         """Agent power-off, then QMP quit, then SIGKILL: each step only if the last one failed."""
-        if self.alive() and self.channel is not None:
+        if self.alive() and self.channel is not None and self.channel.hello is not None:
             try:
                 self.channel.poweroff()
             except Exception:

@@ -16,9 +16,18 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 ln -sf /proc/self/mounts /etc/mtab
 kver=$(uname -r)
-while read -r mod; do
-    [ -n "$mod" ] || continue
-    insmod "/lib/modules/$kver/$mod" 2>/dev/null || echo "iolab-init: insmod $mod failed" >/dev/kmsg
-done </etc/iolab/modules
+# iolab_modules=virtio-blk,ext4 on the kernel command line names the module groups to load
+groups="base $(echo "${iolab_modules:-}" | tr ',' ' ')"
+[ -n "${iolab_modules:-}" ] || groups=$(cd /etc/iolab && ls modules.* | sed 's/^modules\.//')
+loaded=" "
+for g in $groups; do
+    [ -f "/etc/iolab/modules.$g" ] || { echo "iolab-init: unknown module group $g" >/dev/kmsg; continue; }
+    while read -r mod; do
+        case "$loaded" in *" $mod "*) continue ;; esac
+        [ -n "$mod" ] || continue
+        loaded="$loaded$mod "
+        insmod "/lib/modules/$kver/$mod" 2>/dev/null || echo "iolab-init: insmod $mod failed" >/dev/kmsg
+    done <"/etc/iolab/modules.$g"
+done
 echo "iolab-init: modules loaded, starting agent" >/dev/kmsg
 exec /sbin/iolab-agent
