@@ -52,6 +52,13 @@ def _accel_check() -> dict[str, str]:
 def _cgroup_detail() -> str:
     mode = cgroup_mode()
     parts = [f"mode {mode}"]
+    try:
+        from iolab.cgroups.detect import describe
+
+        ok = [name for name, state in describe()["backends"].items() if state == "ok"]
+        parts.append(f"I/O control backends usable: {', '.join(ok) or 'none'}")
+    except Exception as exc:  # doctor reports, never crashes
+        parts.append(f"backend detection failed: {exc}")
     if Path("/sys/fs/cgroup/blkio").is_dir():
         parts.append("v1 blkio at /sys/fs/cgroup/blkio")
     for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):

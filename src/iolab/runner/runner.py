@@ -209,7 +209,8 @@ class Runner:
             self._record_failure(trial, f"{type(exc).__name__}: {exc}", placement.manifest, started)
             self.reporter.trial_done(label, f"[red]failed[/red]: {str(exc)[:120]}")
             return
-        flags = result.flags + confounders.detect(c.workload, result.metrics, probe_data)
+        flags = list(placement.manifest.get("flags", [])) + result.flags + \
+            confounders.detect(c.workload, result.metrics, probe_data)
         metric = self.main_metric(c)
         manifest = {"target": placement.manifest, "workload": c.workload, "job": result.job_text,
                     "executor": placement.executor.name, "timeout_s": self.timeout_for(c)}
