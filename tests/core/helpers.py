@@ -83,12 +83,13 @@ class Lab:
 
     # -- running iolab ---------------------------------------------------------------
     def iolab(self, *args: str | os.PathLike, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        # stdin is not a terminal either: rich must not pick up a width from the caller's tty
         return subprocess.run([str(IOLAB), *map(str, args)], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=self.root)
+                              stdin=subprocess.DEVNULL, timeout=timeout, cwd=self.root)
 
     def popen(self, *args: str | os.PathLike) -> subprocess.Popen[str]:
-        return subprocess.Popen([str(IOLAB), *map(str, args)], env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=self.root)
+        return subprocess.Popen([str(IOLAB), *map(str, args)], env=self.env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.root)
 
     def spec(self, text: str, name: str = "spec.toml") -> Path:
         p = self.root / name
@@ -127,11 +128,11 @@ class Lab:
     # -- what exists on the machine that belongs to this lab -------------------------
     def loops(self) -> list[tuple[str, str]]:
         """(device, backing file) of loop devices whose image lives in this lab's scratch dir."""
-        return [(dev, back) for dev, back in all_loops() if back.startswith(str(self.scratch))]
+        return [(dev, back) for dev, back in all_loops() if back.startswith(f"{self.scratch}/")]
 
     def mounts(self) -> list[str]:
         with open("/proc/mounts") as f:
-            return [line.split()[1] for line in f if line.split()[1].startswith(str(self.scratch))]
+            return [line.split()[1] for line in f if line.split()[1].startswith(f"{self.scratch}/")]
 
     def fio_pids(self) -> list[int]:
         """fio processes started by this lab's iolab (their cwd is a work dir under the scratch dir)."""
@@ -145,7 +146,7 @@ class Lab:
                 cwd = os.readlink(d / "cwd")
             except OSError:
                 continue
-            if cwd.startswith(str(self.scratch)):
+            if cwd.startswith(f"{self.scratch}/"):
                 out.append(int(d.name))
         return out
 

@@ -73,3 +73,55 @@ def test_device_that_does_not_exist_is_a_spec_error(lab: Lab) -> None:
     r = lab.iolab("run", spec)
     assert r.returncode == 2
     assert "target.device" in one_line(r.stderr) and "does not exist" in r.stderr
+
+
+def _loop_of(lab: Lab, img) -> str:
+    return subprocess.run(["losetup", "--find", "--show", str(img)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@needs_root
+@needs_fio
+def test_device_with_partition_table_is_refused(lab: Lab) -> None:
+    img = lab.root / "disk.img"
+    with open(img, "wb") as f:
+        f.truncate(32 << 20)
+    subprocess.run(["sfdisk", "-q", str(img)], input="label: gpt\n,,L\n", text=True, check=True,
+                   capture_output=True)
+    dev = _loop_of(lab, img)
+    try:
+        r = lab.iolab("run", _device_spec(lab, dev), "--dry-run")
+        msg = one_line(r.stderr)
+        assert r.returncode == 2, r.stderr
+        assert dev in msg and "gpt" in msg and "partition table" in msg, r.stderr
+    finally:
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+@needs_root
+@needs_fio
+def test_mounted_device_is_refused(lab: Lab, ext4_loop: str) -> None:
+    mnt = lab.root / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", ext4_loop, str(mnt)], check=True, capture_output=True)
+    try:
+        r = lab.iolab("run", _device_spec(lab, ext4_loop), "--dry-run")
+        msg = one_line(r.stderr)
+        assert r.returncode == 2, r.stderr
+        assert f"mounted at {mnt}" in msg, r.stderr
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+@needs_root
+@needs_fio
+def test_the_disk_holding_root_is_refused(lab: Lab) -> None:
+    src = subprocess.run(["findmnt", "-n", "-o", "SOURCE", "/"], capture_output=True, text=True).stdout.strip()
+    if not src.startswith("/dev/"):
+        pytest.skip(f"/ is not on a block device ({src})")
+    # read-only workload and --dry-run: even a broken guard could not write to this disk here
+    spec = lab.spec(study_table("root-guard") + f'[target]\nkind = "device"\ndevice = "{src}"\n'
+                    + fio_workload(rw="randread"))
+    r = lab.iolab("run", spec, "--dry-run")
+    assert r.returncode == 2, r.stderr
+    assert src in one_line(r.stderr) and "mounted at /" in one_line(r.stderr)

@@ -108,6 +108,13 @@ class Backend(ABC):
             self.set_weight(group, weight)
         return group
 
+    def remove_group(self, group: Group) -> None:
+        """Remove one child now (tasks moved to the hierarchy root), e.g. after each trial.
+
+        The parent's ledger entry (rmtree) still covers it if this never runs."""
+        fs.remove_tree(group.path, dest=self.root)
+        self.groups.pop(group.name, None)
+
     def set_weight(self, group: Group, weight: int) -> None:
         """Write the weight and raise WeightMismatch unless the kernel reads back the same."""
         self.validate_weight(weight)

@@ -22,6 +22,7 @@ WORKLOADS: dict[str, str] = {
     "iozone": "iolab.workloads.iozone:IozoneWorkload",
     "writemode": "iolab.workloads.writemode:WriteModeWorkload",
     "fio-groups": "iolab.workloads.fio_groups:FioGroupsWorkload",
+    "sync-writes": "iolab.workloads.sync_writes:SyncWritesWorkload",
 }
 
 

@@ -12,6 +12,7 @@ PROBES = [
     "iolab.probes.cpu:MachineCpu",
     "iolab.probes.qmp_blockstats:QmpBlockStats",
     "iolab.probes.guest_diskstats:GuestDiskStats",
+    "iolab.probes.qemu_syscalls:QemuSyscalls",
 ]
 
 

@@ -28,6 +28,7 @@ from iolab.core.errors import CapabilityMissing
 from iolab.vm import cpio
 
 FORMAT_VERSION = "1"  # bump when the image layout changes in a way the inputs do not show
+KEEP_IMAGES = 4  # cached images kept (most recently used); a workload with extra binaries has its own
 COMPRESS = False  # measured: an uncompressed cpio boots faster under TCG (no gunzip in the guest)
 DEFAULT_BINARIES = ("/usr/bin/fio", "/usr/sbin/mke2fs")  # mke2fs: guest_fs="ext4"
 # Kernel modules by group. The image holds all of them; init loads "base" plus the groups
@@ -273,8 +274,18 @@ def build_guest(extra_binaries: Iterable[Path | str] = (),
             "modules": (Path("/lib/modules") / release).name}
     if not (out / "manifest.json").exists():
         _materialise(out, kernel, entries, lambda boot: _image(out, release, digest, meta, boot))
+        _prune(out.parent, keep=KEEP_IMAGES)
+    os.utime(out / "manifest.json")  # last use, for pruning
     boot = json.loads((out / "manifest.json").read_text()).get("boot_protocol", "bzimage")
     return _image(out, release, digest, meta, boot)
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Drop all but the `keep` most recently used images (each is ~150 MB)."""
+    images = [d for d in directory.iterdir() if (d / "manifest.json").exists()]
+    images.sort(key=lambda d: (d / "manifest.json").stat().st_mtime, reverse=True)
+    for d in images[keep:]:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _image(out: Path, release: str, digest: str, meta: dict[str, object], boot: str) -> GuestImage:

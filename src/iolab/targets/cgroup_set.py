@@ -1,0 +1,210 @@
+"""Target `cgroups`: one block device under one cgroup I/O controller, ready for weighted groups.
+
+setup() makes the device (iolab's pre-filled scratch loop device by default, or a real
+device behind the data-safety guard), selects the controller's scheduler and tunables
+and creates iolab's parent group; all of it is in the ledger before it is relied on, so
+teardown, Ctrl-C and `iolab clean` undo it the same way. The groups themselves belong to
+a trial: the workload creates them with `create_groups` (weights shuffled per trial) and
+removes them with `remove_groups`, so every trial starts from an empty parent.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from iolab.cgroups import cleanup as _cleanup  # noqa: F401  (registers the cgroup/scheduler cleaners)
+from iolab.cgroups import detect, scheduler
+from iolab.cgroups.base import Group
+from iolab.cgroups.device import resolve
+from iolab.cgroups.registry import ALIASES, BACKENDS
+from iolab.cgroups.session import CgroupSession
+from iolab.core import paths
+from iolab.core.errors import CapabilityMissing
+from iolab.core.exec import HostExecutor
+from iolab.core.resources import Ledger
+from iolab.core.units import format_size, parse_size
+from iolab.targets import blockinfo
+from iolab.targets.base import Placement, Target, TargetParams
+from iolab.targets.blockdev import check_device_is_free
+from iolab.targets.loop import ScratchLoop, create_scratch_loop, release_scratch_loop
+
+CONTROLLERS = sorted({"auto", *ALIASES, *BACKENDS})
+DATA_FILE = "iolab-groups.dat"
+
+
+class CgroupSetParams(TargetParams):
+    kind: Literal["cgroups"] = "cgroups"
+    controller: str = Field("bfq", description="bfq | none | iocost | auto, or a backend name (v1-bfq, ...)")
+    device: str | None = Field(None, description="a real block device (guarded); default: a scratch loop device")
+    size: int = Field(1 << 30, description="scratch loop image size, bytes or '1G'")
+    filesystem: Literal["none", "ext4"] = Field(
+        "none", description="ext4 on the scratch device: load runs on a pre-filled file beside other apps' files")
+    data_size: int = Field(512 << 20, description="size of the load's data file when filesystem=ext4")
+    tunables: dict[str, str] = Field(default_factory=dict,
+                                     description="scheduler tunables overriding the backend's, e.g. strict_guarantees=0")
+
+    @field_validator("controller")
+    @classmethod
+    def _controller(cls, v: str) -> str:
+        if v not in CONTROLLERS:
+            raise ValueError(f"expected one of {', '.join(CONTROLLERS)}, got {v!r}")
+        return v
+
+    @field_validator("size", "data_size", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int:
+        n = parse_size(v)
+        if n < (64 << 20):
+            raise ValueError(f"size must be at least 64M, got {v!r}")
+        return n
+
+    @model_validator(mode="after")
+    def _fs_on_scratch_only(self) -> "CgroupSetParams":
+        if self.device and self.filesystem != "none":
+            raise ValueError("filesystem is only made on iolab's scratch loop device, not on a given device")
+        if self.filesystem != "none" and self.data_size > self.size - (128 << 20):
+            raise ValueError(f"data_size must leave at least 128M of the {format_size(self.size)} image free")
+        return self
+
+    @field_validator("tunables")
+    @classmethod
+    def _tunables(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not key.replace("_", "").isalnum() or not str(value).lstrip("-").isalnum():
+                raise ValueError(f"tunable {key}={value!r}: names and values are letters, digits and _ only")
+        return {k: str(val) for k, val in v.items()}
+
+
+def resolve_controller(name: str, device: str) -> str:
+    """'auto' -> bfq when the device offers BFQ, else iocost when v2 has it; others pass through."""
+    if name != "auto":
+        return name
+    if "bfq" in scheduler.available(resolve(device)):
+        return "bfq"
+    if detect.describe().get("iocost"):
+        return "iocost"
+    raise CapabilityMissing(f"no weight-enforcing cgroup I/O controller for {device}: no BFQ, no iocost")
+
+
+class CgroupSetTarget(Target):
+    kind: ClassVar[str] = "cgroups"
+    Params: ClassVar[type[TargetParams]] = CgroupSetParams
+    params: CgroupSetParams
+
+    def __init__(self, params: TargetParams, ledger: Ledger):
+        super().__init__(params, ledger)
+        self.loop: ScratchLoop | None = None
+        self.session: CgroupSession | None = None
+        self.executor: HostExecutor | None = None
+
+    def describe(self) -> list[str]:
+        p = self.params
+        where = (f"the block device {p.device} (refused if it holds data, unless --destroy-data {p.device})"
+                 if p.device else f"a {format_size(p.size)} pre-filled scratch loop device under {paths.scratch_dir()}")
+        return [f"uses {where}",
+                f"selects cgroup I/O controller {p.controller} on it: scheduler and tunables "
+                f"{dict(p.tunables) or '(backend defaults)'} restored afterwards",
+                "creates cgroups iolab-<run>/t<trial>-g<i> per trial, removed after each trial and on any exit"]
+
+    def preflight(self) -> None:
+        if self.params.device:
+            check_device_is_free(self.params.device)
+
+    def setup(self) -> Placement:
+        p = self.params
+        if p.device:
+            check_device_is_free(p.device)
+            device = os.path.realpath(p.device)
+        else:
+            self.loop = create_scratch_loop(self.ledger, p.size, filesystem=p.filesystem, label="cgroups")
+            device = self.loop.device
+        controller = resolve_controller(p.controller, device)
+        t0 = time.monotonic()
+        self.session = CgroupSession(controller, device, self.ledger, runid=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                                     tunables=dict(p.tunables))
+        self.session.prepare_device()
+        self.session.backend.create_parent(self.session.runid)
+        self.session.setup_s = time.monotonic() - t0
+        self.executor = HostExecutor(paths.scratch_dir())
+        dev = os.path.basename(device)
+        manifest = {"target": "cgroups", "controller": controller, "requested_controller": p.controller,
+                    "queue": blockinfo.queue_settings(dev), **self.session.manifest()}
+        extras: dict[str, Any] = {"cgroup_session": self.session}
+        if self.loop:
+            manifest["image"] = str(self.loop.image)
+            manifest["backing_device"] = blockinfo.device_of_path(str(self.loop.image))
+        if self.loop and self.loop.mountpoint:
+            data = self.loop.mountpoint / DATA_FILE
+            write_data_file(data, p.data_size)
+            manifest["data_file"] = {"path": str(data), "size": p.data_size, "filesystem": p.filesystem}
+            return Placement(executor=self.executor, path=str(data), directory=str(self.loop.mountpoint),
+                             host_device=dev, manifest=manifest, extras=extras)
+        return Placement(executor=self.executor, path=device, host_device=dev, is_block_device=True,
+                         manifest=manifest, extras=extras)
+
+    def teardown(self) -> None:
+        """Groups, then tunables and scheduler, then the loop device; safe to call twice."""
+        errors: list[str] = []
+        if self.executor:
+            self.executor.close()
+            self.executor = None
+        if self.session:
+            errors += self.session.teardown()
+            self.session = None
+        if self.loop:
+            release_scratch_loop(self.ledger, self.loop)
+            self.loop = None
+        if errors:
+            raise RuntimeError("cgroup target teardown: " + "; ".join(errors))
+
+
+def write_data_file(path: Path, size: int) -> None:
+    """Pre-fill the load's file with non-zero data and sync it: reads of holes never reach the disk."""
+    block = os.urandom(64) * ((1 << 20) // 64)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        left = size
+        while left > 0:
+            left -= os.write(fd, block[: min(left, len(block))])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_groups(session: CgroupSession, weights: Sequence[int], tag: str) -> list[Group]:
+    """One group per weight under the session's parent, each weight written and read back."""
+    backend = session.backend
+    made: list[Group] = []
+    try:
+        for i, w in enumerate(weights):
+            made.append(backend.create_group(f"{tag}-g{i:03d}", w))
+    except BaseException:
+        remove_groups(session, made)
+        raise
+    return made
+
+
+def remove_groups(session: CgroupSession, groups: Sequence[Group]) -> list[str]:
+    """Remove the trial's groups (tasks moved to the root); errors returned, not raised."""
+    errors = []
+    for g in groups:
+        try:
+            session.backend.remove_group(g)
+        except OSError as exc:
+            errors.append(f"{g.path}: {exc}")
+    return errors
+
+
+def session_of(placement: Placement) -> CgroupSession:
+    s = placement.extras.get("cgroup_session")
+    if not isinstance(s, CgroupSession):
+        raise CapabilityMissing("this workload needs the `cgroups` target (kind = \"cgroups\")")
+    return s
+

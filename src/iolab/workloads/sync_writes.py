@@ -1,0 +1,147 @@
+"""Mobibench-style sync writes with a known number of syncs: `append` and `overwrite` (R3).
+
+Every write is `bs` bytes (64 KiB) followed by fdatasync(); fio does the I/O (buffered,
+psync, fdatasync=1, end_fsync=1), so one trial makes `count` writes and `count` data
+syncs: count-1 fdatasync() calls counted by fio (sync.lat_ns.N) plus the final fsync().
+
+Why not plain kind "fio": the two patterns need a layout that survives repetitions on a
+shared target, and fio's options cannot express "a region nobody wrote before":
+
+* append: a region (raw device) or a new file (guest ext4) never written before, so a
+  fresh qcow2 image must allocate clusters (and L2 tables, refcounts) for it. Each trial
+  takes the next unused slot; a counter in the guest's /tmp remembers the slots used.
+* overwrite: one fixed region / file written once before the trials (prepare_overwrite,
+  called by the study's before_group hook, i.e. before any probe starts), then rewritten
+  in random order by every trial: already allocated, so no metadata updates are needed.
+  If the region was not prepared, the trial prepares it itself and is flagged
+  `prefill_in_trial`, because its probe counts then include the prefill.
+
+Layout on the raw device: [0, count*bs) is the overwrite region, append slots follow it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from iolab.core.errors import TrialFailed
+from iolab.core.exec import ExecRequest
+from iolab.core.units import parse_size
+from iolab.targets.base import Placement
+from iolab.workloads import fio_engine
+from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+
+STATE_DIR = "/tmp/iolab-sync-writes"
+OVERWRITE_FILE = "iolab-sync-overwrite.dat"
+
+
+class SyncWritesParams(WorkloadParams):
+    kind: Literal["sync-writes"] = "sync-writes"
+    pattern: Literal["append", "overwrite"] = "append"
+    bs: int = Field(64 << 10, description="bytes per write, bytes or '64k'")
+    count: int = Field(128, ge=2, le=100_000, description="writes (= data syncs) per trial")
+
+    @field_validator("bs", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int:
+        return parse_size(v)
+
+    @property
+    def region(self) -> int:
+        return self.bs * self.count
+
+
+def _sh(placement: Placement, script: str, *args: str, timeout_s: float = 60) -> str:
+    res = placement.executor.run(ExecRequest(["sh", "-c", script, "sh", *args], timeout_s=timeout_s))
+    if res.returncode != 0:
+        raise TrialFailed(f"sync-writes: {script.split(';')[0]} failed (rc {res.returncode}): {res.tail()}")
+    return res.stdout
+
+
+def _marker(p: SyncWritesParams) -> str:
+    return f"{STATE_DIR}/overwrite-{p.bs}-{p.count}.ready"
+
+
+def overwrite_filename(placement: Placement) -> str:
+    if placement.is_block_device and placement.path:
+        return placement.path
+    if placement.directory:
+        return f"{placement.directory.rstrip('/')}/{OVERWRITE_FILE}"
+    raise TrialFailed("the target offers neither a block device nor a directory")
+
+
+def prepare_overwrite(placement: Placement, p: SyncWritesParams, timeout_s: float = 600) -> bool:
+    """Write the overwrite region once (sequential 1 MiB writes + fsync + sync). True if it wrote."""
+    if _sh(placement, 'mkdir -p "$1"; [ -e "$2" ] && echo yes || echo no', STATE_DIR, _marker(p)).strip() == "yes":
+        return False
+    job = fio_engine.render_job(
+        {"filename": overwrite_filename(placement), "size": p.region, "offset": 0, "bs": min(1 << 20, p.region),
+         "rw": "write", "ioengine": "psync", "direct": False, "end_fsync": True, "fallocate": "none"},
+        [("prefill", {})])
+    fio_engine.run_fio(placement.executor, job, timeout_s)
+    _sh(placement, 'sync; touch "$1"', _marker(p))
+    return True
+
+
+def next_append_slot(placement: Placement) -> int:
+    """A slot index never handed out before in this guest (the counter lives in the guest's /tmp)."""
+    out = _sh(placement, 'mkdir -p "$1"; n=$(cat "$1/append.next" 2>/dev/null || echo 0); '
+                         'echo $((n+1)) > "$1/append.next"; echo "$n"', STATE_DIR)
+    return int(out.split()[-1])
+
+
+class SyncWritesWorkload(Workload):
+    kind: ClassVar[str] = "sync-writes"
+    Params: ClassVar[type[WorkloadParams]] = SyncWritesParams
+    main_metric: ClassVar[str] = "write_iops"
+    params: SyncWritesParams
+
+    def estimate_seconds(self) -> float:
+        return 5 + self.params.count * 0.1
+
+    def _job(self, placement: Placement) -> tuple[str, dict[str, Any]]:
+        p = self.params
+        glob: dict[str, Any] = {"size": p.region, "bs": p.bs, "ioengine": "psync", "direct": False,
+                                "fdatasync": 1, "end_fsync": True, "randrepeat": False, "fallocate": "none",
+                                "iodepth": 1, "numjobs": 1, "group_reporting": True}
+        where: dict[str, Any] = {"pattern": p.pattern}
+        if p.pattern == "overwrite":
+            glob.update(filename=overwrite_filename(placement), offset=0, rw="randwrite")
+            where["filename"] = glob["filename"]
+        else:
+            slot = next_append_slot(placement)
+            glob["rw"] = "write"
+            if placement.is_block_device and placement.path:
+                offset = p.region * (1 + slot)
+                glob.update(filename=placement.path, offset=offset)
+                where.update(filename=placement.path, offset=offset, slot=slot)
+            elif placement.directory:
+                glob["filename"] = f"{placement.directory.rstrip('/')}/iolab-sync-append-{slot}.dat"
+                where.update(filename=glob["filename"], slot=slot)
+            else:
+                raise TrialFailed("the target offers neither a block device nor a directory")
+        return fio_engine.render_job(glob, [("sync_writes", {})]), where
+
+    def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
+        p = self.params
+        flags = []
+        if p.pattern == "overwrite" and prepare_overwrite(placement, p, timeout_s):
+            flags.append("prefill_in_trial: the overwrite region was written during this trial, so its "
+                         "probe counts include the prefill")
+        job, where = self._job(placement)
+        data, res = fio_engine.run_fio(placement.executor, job, timeout_s)
+        metrics = fio_engine.summed_metrics(data)
+        jobs = data.get("jobs") or [{}]
+        fdatasyncs = sum(int(((j.get("sync") or {}).get("lat_ns") or {}).get("N", 0)) for j in jobs)
+        writes = int(sum(float((j.get("write") or {}).get("total_ios", 0)) for j in jobs))
+        if writes != p.count:
+            raise TrialFailed(f"sync-writes: fio made {writes} writes, expected {p.count}")
+        # fio counts its fdatasync() calls (sync.lat_ns.N; total_ios stays 0 in fio 3.33); the last
+        # write is made durable by end_fsync's fsync(), so data syncs = N + 1 = one per write.
+        metrics.update({"guest_writes": float(writes), "guest_fdatasync_calls": float(fdatasyncs),
+                        "guest_end_fsync": 1.0, "guest_syncs": float(fdatasyncs + 1)})
+        if fdatasyncs + 1 != writes:
+            flags.append(f"sync_count_mismatch: {fdatasyncs} fdatasync + 1 fsync for {writes} writes")
+        return WorkloadResult(metrics=metrics, raw={"fio": data, "layout": where}, job_text=job, flags=flags,
+                              cpu_busy=res.cpu_busy)
