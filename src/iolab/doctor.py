@@ -37,16 +37,17 @@ def checks() -> dict[str, Any]:
 
 def _accel_check() -> dict[str, str]:
     try:
-        from iolab.vm.qemu import probe_accel  # type: ignore[attr-defined]
-    except (ImportError, AttributeError):
+        from iolab.vm.qemu import detect_accel
+    except ImportError:
         return _check("accel", "warn", "VM support not available in this build")
     try:
-        accel = probe_accel()
+        info = detect_accel()
     except Exception as exc:  # doctor reports, never crashes
         return _check("accel", "warn", f"could not probe: {exc}")
-    if accel == "kvm":
-        return _check("accel", "ok", "KVM works")
-    return _check("accel", "warn", "KVM unusable here: guests run under TCG software emulation (speed ratios not representative)")
+    if info.accel == "kvm":
+        return _check("accel", "ok", f"KVM works ({info.reason})")
+    return _check("accel", "warn", f"guests run under TCG software emulation: {info.reason} "
+                                   "(speed ratios not representative)")
 
 
 def _cgroup_detail() -> str:

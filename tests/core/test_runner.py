@@ -13,7 +13,8 @@ from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_
 @needs_root
 @needs_fio
 def test_trial_timeout_fails_that_config_while_the_study_goes_on(lab: Lab) -> None:
-    spec = lab.spec(study_table("timeouts", trial_timeout=2, repetitions=3, max_repetitions=3)
+    # fio's 1 s fits in the 3 s timeout even on a busy machine; its 6 s do not
+    spec = lab.spec(study_table("timeouts", trial_timeout=3, repetitions=3, max_repetitions=3)
                     + LOOP_TARGET + fio_workload(runtime=[1, 6]))
     r = lab.iolab("run", spec, timeout=120)
     assert r.returncode == 0, r.stderr  # partial is not a failure of the command
@@ -26,10 +27,10 @@ def test_trial_timeout_fails_that_config_while_the_study_goes_on(lab: Lab) -> No
     assert [t["status"] for t in fast] == ["ok"] * 3
     assert slow and all(t["status"] == "failed" for t in slow)
     for t in slow:
-        assert re.search(r"did not finish within 2 s|time(d)? ?out", t["error"]), t["error"]
+        assert re.search(r"did not finish within 3 s|time(d)? ?out", t["error"]), t["error"]
         assert t["metrics"] == {}
         # killed at the deadline, not after fio's 6 s
-        assert t["ended"] - t["started"] < 4.5, t
+        assert t["ended"] - t["started"] < 5.5, t
     # a configuration that keeps failing is given up, not retried up to the cap
     assert len(slow) == 2
     lab.assert_nothing_left()
@@ -63,18 +64,36 @@ def test_adaptive_stopping_goes_to_the_cap_when_the_ci_is_too_wide(lab: Lab) -> 
 @needs_root
 @needs_fio
 def test_adaptive_stopping_stops_at_the_minimum_when_the_ci_is_tight_enough(lab: Lab) -> None:
-    # Reads served from the page cache: a steady rate, so 3 repetitions give a CI well within 90 %.
-    spec = lab.spec(study_table("adaptive-loose", repetitions=3, max_repetitions=5, ci_target=0.9)
-                    + '[target]\nkind = "host"\n'
-                    + fio_workload(direct=False, ioengine="psync", size="4M"))
+    # A rate-limited job (fio's rate_iops, through a spec's fio-jobfile workload): its IOPS are
+    # the same every time, even on a busy machine, so 3 repetitions meet a 90 % CI target.
+    spec = lab.spec(study_table("adaptive-loose", repetitions=3, max_repetitions=5, ci_target=0.9) + """
+[target]
+kind = "host"
+
+[workload]
+kind = "fio-jobfile"
+job_file = "inline"
+job_text = '''
+[global]
+rw=randread
+bs=4k
+size=4M
+ioengine=psync
+rate_iops=200
+runtime=1
+time_based
+
+[steady]
+'''
+""")
     r = lab.iolab("run", spec, timeout=120)
     assert r.returncode == 0, r.stderr
     values = _stored_values(lab)
-    assert 3 <= len(values) <= 5
-    # The runner stopped exactly where the rule says (robust to a noisy machine) ...
+    assert all(150 < v < 250 for v in values), values
+    # The runner stopped exactly where the rule says ...
     assert len(values) == _expected_stop(values, 3, 5, 0.9), values
-    # ... and on any sane machine that is right at the minimum.
-    assert len(values) == 3, f"3 repetitions were not enough for a 90% CI target: {values}"
+    # ... which for a steady rate is right at the minimum.
+    assert len(values) == 3, values
 
 
 @needs_root

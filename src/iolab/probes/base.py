@@ -12,6 +12,8 @@ class Probe(ABC):
     """start() before the workload, stop() after; stop() returns a JSON-able dict."""
 
     name: ClassVar[str]
+    # Cheap probes run in every trial they apply to; costly ones (tracing) only when a study asks.
+    default: ClassVar[bool] = True
 
     @classmethod
     def applies_to(cls, placement: Placement) -> bool:

@@ -193,7 +193,8 @@ class Runner:
         probes: list[Probe] = []
         try:
             target.reset_between_trials(placement)
-            probes = [p() for p in probe_classes() if p.applies_to(placement)]
+            wanted = set(self.spec.settings.probes)
+            probes = [p() for p in probe_classes() if (p.default or p.name in wanted) and p.applies_to(placement)]
             for p in probes:
                 p.start(placement)
             result = self.workloads[c.id].run(placement, self.timeout_for(c))

@@ -37,6 +37,7 @@ class StudySettings(BaseModel):
     trial_timeout: float | None = Field(None, description="seconds; default 3x the estimate + 60 s")
     analysis: str = "generic"
     order: Literal["interleaved", "sequential"] = "interleaved"
+    probes: list[str] = Field(default_factory=list, description="extra, costly probes to run (e.g. qemu_syscalls)")
 
     @field_validator("trial_timeout", mode="before")
     @classmethod
