@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -85,6 +85,7 @@ def causes_from_events(ev: dict[str, int]) -> dict[str, int]:
 
 class QemuSyscalls(Probe):
     name: ClassVar[str] = "qemu_syscalls"
+    default: ClassVar[bool] = False  # strace slows QEMU: only studies that count syscalls ask for it
 
     @classmethod
     def applies_to(cls, placement: Placement) -> bool:

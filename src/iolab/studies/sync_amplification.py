@@ -75,7 +75,7 @@ def build(quick: bool) -> dict[str, Any]:
             targets.append(dict(base, **extra, name=f"{name}/{fs}", guest_fs=fs))
     return {
         "study": {"name": NAME, "analysis": NAME, "repetitions": 3, "max_repetitions": 3 if quick else 5,
-                  "ci_target": 0.1, "description": SUMMARY},
+                  "ci_target": 0.1, "description": SUMMARY, "probes": ["qemu_syscalls"]},
         "targets": targets,
         "workload": {"kind": "sync-writes", "pattern": ["append", "overwrite"], "bs": "64k", "count": count},
     }
