@@ -158,11 +158,12 @@ def runs(db: Path | None, limit: int) -> None:
     import time
 
     store = _store(db)
-    table = RichTable("run", "study", "status", "trials ok/all", "started")
+    table = RichTable("study", "status", "trials ok/all", "started")
+    table.add_column("run", no_wrap=True, overflow="ignore")
     for r in store.runs(limit):
         trials = store.trials(r.id)
-        table.add_row(r.id, r.study, r.status, f"{sum(t.status == 'ok' for t in trials)}/{len(trials)}",
-                      time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)))
+        table.add_row(r.study, r.status, f"{sum(t.status == 'ok' for t in trials)}/{len(trials)}",
+                      time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)), r.id)
     out.print(table)
 
 
@@ -253,7 +254,7 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except IolabError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -79,10 +79,11 @@ def test_missing_spec_file_exits_2(lab: Lab) -> None:
 def test_spec_error_message_is_printed_verbatim(lab: Lab) -> None:
     """The message is the user's guide to the fix: it must reach the terminal as written.
 
-    BUG (src/iolab/cli.py main): errors go through rich's console markup, so text in square
-    brackets is swallowed ('missing [study] table' prints as 'missing  table', fio job-file
-    sections like [global] vanish from messages) and lines are hard-wrapped at 80 columns
-    when stderr is not a terminal, which splits "file: key" pairs across lines.
+    BUG (src/iolab/cli.py main): errors are printed through rich's console markup, so text in
+    square brackets is swallowed: 'missing [study] table' prints as 'missing  table', and the
+    [global]/[job] headers vanish from job-file messages. Fix: print
+    f"[red]error:[/red] {rich.markup.escape(str(exc))}". (The second half guards against
+    hard-wrapping at 80 columns when stderr is a pipe, fixed by soft_wrap=True.)
     """
     spec = lab.spec(LOOP_TARGET + fio_workload(), "bad.toml")
     r = lab.iolab("run", spec)

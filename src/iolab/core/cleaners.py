@@ -56,15 +56,34 @@ def _loop(res: Resource) -> None:
     backing = loop_backing_file(res.ident)
     if backing is None or (res.info.get("backing") and backing != res.info["backing"]):
         return
-    for attempt in range(10):
-        r = subprocess.run(["losetup", "-d", res.ident], capture_output=True, text=True)
-        if r.returncode == 0 or loop_backing_file(res.ident) is None:
+    r = subprocess.run(["losetup", "-d", res.ident], capture_output=True, text=True)
+    # losetup -d on a busy device only schedules the detach: wait until it really happened
+    for attempt in range(200):
+        if loop_backing_file(res.ident) is None:
             return
-        time.sleep(0.2 * (attempt + 1))
-    raise RuntimeError(f"losetup -d {res.ident} failed: {r.stderr.strip()}")
+        time.sleep(0.1)
+        if attempt % 10 == 9:
+            r = subprocess.run(["losetup", "-d", res.ident], capture_output=True, text=True)
+    raise RuntimeError(f"{res.ident} is still attached (busy?): {r.stderr.strip()}")
+
+
+def _pgroup(res: Resource) -> None:
+    """Kill a load generator and its job processes, unless the pid now belongs to someone else."""
+    from iolab.core.exec import kill_generator
+
+    pgid = int(res.ident)
+    try:
+        start = open(f"/proc/{pgid}/stat").read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        start = None
+    if start is not None and res.info.get("start") and start != res.info["start"]:
+        kill_generator(-1, res.info.get("workdir"))  # leader reused: only orphans in the work dir
+        return
+    kill_generator(pgid, res.info.get("workdir"))
 
 
 register_cleaner("file", _file)
 register_cleaner("dir", _dir)
 register_cleaner("mount", _mount)
 register_cleaner("loop", _loop)
+register_cleaner("pgroup", _pgroup)

@@ -13,8 +13,13 @@ import subprocess
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from iolab.core.resources import Ledger
 
 
 @dataclass
@@ -89,7 +94,8 @@ class _HostRunning(Running):
         self._err = tempfile.TemporaryFile(mode="w+b")
         cgroups = list(req.cgroup_procs)
 
-        def _join_cgroups() -> None:  # runs in the child between fork and exec
+        def _child_setup() -> None:  # runs in the child between fork and exec
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
             for procs in cgroups:
                 with open(procs, "w") as f:
                     f.write(str(os.getpid()))
@@ -98,9 +104,10 @@ class _HostRunning(Running):
         env.update(req.env)
         self.proc = subprocess.Popen(
             req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, preexec_fn=_join_cgroups if cgroups else None,
+            env=env, start_new_session=True, preexec_fn=_child_setup,
         )
         self._result: ExecResult | None = None
+        self.on_reaped: Callable[[], None] | None = None
 
     def wait(self) -> ExecResult:
         if self._result is not None:
@@ -134,32 +141,122 @@ class _HostRunning(Running):
         )
         self._out.close()
         self._err.close()
+        if timed_out is False and group_alive(self.proc.pid):
+            self.kill()  # children the leader left behind
+        if self.on_reaped:
+            self.on_reaped()
         return self._result
 
     def kill(self) -> None:
-        """Kill the whole session (fio forks one process per job)."""
+        """Kill the generator and everything it started, and wait until they are gone, so
+        nothing still holds the target's device when the target is torn down."""
+        kill_generator(self.proc.pid, str(self.workdir))
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            os.waitpid(self.proc.pid, os.WNOHANG)
+        except ChildProcessError:
             pass
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _proc_table() -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, pgid, state) of every live process."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out.append((int(entry), int(fields[1]), int(fields[2]), fields[0]))
+    return out
+
+
+def generator_pids(pgid: int, workdir: str | None) -> set[int]:
+    """The process group, its descendants, and anything running in the work dir.
+
+    fio puts each job process in a session of its own (setsid), so the group alone misses
+    them; after iolab itself was killed they are orphans, found by their working directory.
+    """
+    table = [p for p in _proc_table() if p[3] != "Z"]
+    pids = {pid for pid, _, grp, _ in table if grp == pgid}
+    grew = True
+    while grew:
+        more = {pid for pid, ppid, _, _ in table if ppid in pids or ppid == pgid} - pids
+        pids |= more
+        grew = bool(more)
+    if workdir:
+        for pid, _, _, _ in table:
+            try:
+                if os.readlink(f"/proc/{pid}/cwd") == workdir:
+                    pids.add(pid)
+            except OSError:
+                continue
+    pids.discard(os.getpid())
+    return pids
+
+
+def kill_generator(pgid: int, workdir: str | None, wait_s: float = 30) -> None:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pids = generator_pids(pgid, workdir)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+
+
+def group_alive(pgid: int) -> bool:
+    return bool(generator_pids(pgid, None))
+
+
 class HostExecutor(Executor):
-    """Runs commands on the host in a private work dir removed at close()."""
+    """Runs commands on the host in a private work dir removed at close().
+
+    With a ledger, the work dir and every process group are recorded, so `iolab clean`
+    after a kill -9 of iolab also stops orphaned load generators and removes the dir.
+    """
 
     name = "host"
 
-    def __init__(self, parent: Path | None = None):
+    def __init__(self, parent: Path | None = None, ledger: Ledger | None = None):
         if parent is not None:
             parent.mkdir(parents=True, exist_ok=True)
+        self.ledger = ledger
         self.workdir = Path(tempfile.mkdtemp(prefix="iolab-work-", dir=parent))
+        self._dir_res = ledger.add("dir", str(self.workdir), recursive=True) if ledger else None
 
     def spawn(self, req: ExecRequest) -> Running:
         for name, text in req.files.items():
             (self.workdir / name).write_text(text)
-        return _HostRunning(req, self.workdir)
+        # Ctrl-C must not land between fork and the ledger entry: the child would be untracked.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            running = _HostRunning(req, self.workdir)
+            if self.ledger:
+                res = self.ledger.add("pgroup", str(running.proc.pid), start=_start_time(running.proc.pid),
+                                      workdir=str(self.workdir))
+                running.on_reaped = lambda: self.ledger.forget(res) if self.ledger else None
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return running
 
     def close(self) -> None:
         import shutil
 
         shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.ledger and self._dir_res:
+            self.ledger.forget(self._dir_res)
+            self._dir_res = None
+
+
+def _start_time(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""

@@ -21,7 +21,7 @@ from iolab.core import paths
 Cleaner = Callable[["Resource"], None]
 _CLEANERS: dict[str, Cleaner] = {}
 # Kinds undone last: a mount must go before its loop device, a loop device before its image.
-_ORDER = ["process", "cgroup", "mount", "loop", "scheduler", "file", "dir"]
+_ORDER = ["pgroup", "process", "cgroup", "mount", "loop", "scheduler", "file", "dir"]
 
 
 def register_cleaner(kind: str, fn: Cleaner) -> None:

@@ -209,7 +209,7 @@ def _pydantic_problems(prefix: str, exc: ValidationError) -> list[tuple[str, str
             msg = "unknown key"
         elif err["type"] == "missing":
             msg = "required key is missing"
-        elif "input" in err and err["type"] != "extra_forbidden":
+        elif "input" in err and loc and not isinstance(err["input"], (dict, list)) and "got " not in msg:
             msg = f"{msg} (got {err['input']!r})"
         out.append((f"{prefix}.{loc}" if loc else prefix, re.sub(r"^Value error, ", "", msg)))
     return out

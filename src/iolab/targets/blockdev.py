@@ -67,7 +67,7 @@ class BlockDeviceTarget(Target):
 
     def setup(self) -> Placement:
         self.preflight()
-        self.executor = HostExecutor(paths.scratch_dir())
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
         dev = os.path.basename(self.params.device)
         return Placement(executor=self.executor, path=self.params.device, host_device=dev, is_block_device=True,
                          manifest={"target": "device", "queue": blockinfo.queue_settings(dev)})

@@ -108,6 +108,8 @@ class CgroupSetTarget(Target):
         p = self.params
         where = (f"the block device {p.device} (refused if it holds data, unless --destroy-data {p.device})"
                  if p.device else f"a {format_size(p.size)} pre-filled scratch loop device under {paths.scratch_dir()}")
+        if p.filesystem != "none":
+            where += f", with {p.filesystem} and a pre-filled {format_size(p.data_size)} file for the load"
         return [f"uses {where}",
                 f"selects cgroup I/O controller {p.controller} on it: scheduler and tunables "
                 f"{dict(p.tunables) or '(backend defaults)'} restored afterwards",
@@ -132,7 +134,7 @@ class CgroupSetTarget(Target):
         self.session.prepare_device()
         self.session.backend.create_parent(self.session.runid)
         self.session.setup_s = time.monotonic() - t0
-        self.executor = HostExecutor(paths.scratch_dir())
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
         dev = os.path.basename(device)
         manifest = {"target": "cgroups", "controller": controller, "requested_controller": p.controller,
                     "queue": blockinfo.queue_settings(dev), **self.session.manifest()}

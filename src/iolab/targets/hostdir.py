@@ -56,7 +56,7 @@ class HostDirTarget(Target):
             self.made = self.ledger.add("dir", str(d), recursive=True)
             d.mkdir()
             directory = str(d)
-        self.executor = HostExecutor(paths.scratch_dir())
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
         dev = blockinfo.device_of_path(directory)
         manifest = {"target": "host", "directory": directory, "filesystem": _fstype(directory)}
         if dev:

@@ -162,7 +162,7 @@ class LoopTarget(Target):
                                         sector_size=p.sector_size, prefill=p.prefill)
         if p.scheduler != "keep":
             self.sched = set_scheduler(self.ledger, self.loop.device, p.scheduler)
-        self.executor = HostExecutor(paths.scratch_dir())
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
         dev = os.path.basename(self.loop.device)
         manifest = {"target": "loop", "queue": blockinfo.queue_settings(dev), "image": str(self.loop.image),
                     "backing_device": blockinfo.device_of_path(str(self.loop.image))}

@@ -64,7 +64,10 @@ class QemuGuestParams(TargetParams):
     @model_validator(mode="after")
     def _consistent(self) -> QemuGuestParams:
         problems = self.disk_spec().problems()
-        if self.memory < (128 << 20):
+        if self.memory < (384 << 20) and not self.initramfs:
+            # the built-in initramfs (~95 MiB unpacked, mostly fio's libraries) is unpacked into RAM
+            problems.append(f"memory must be at least 384M for the built-in guest, got {format_size(self.memory)}")
+        elif self.memory < (128 << 20):
             problems.append(f"memory must be at least 128M, got {format_size(self.memory)}")
         if self.initramfs and not self.kernel:
             problems.append("initramfs given without kernel: pass both, or neither")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iolab.core.errors import CapabilityMissing, TrialFailed
@@ -63,8 +62,8 @@ def ensure_loaded(placement: Placement, timeout_s: float) -> None:
     if res.returncode != 0:
         raise TrialFailed(f"db_bench fillrandom failed ({res.returncode}): {res.tail()}")
     placement.extras["db_bench_loaded"] = True
-    placement.manifest["tenant_db"] = {"keys": KEYS, "value_size": VALUE_SIZE, "load_s": round(time.monotonic() - t0, 2),
-                                       "dir": db}
+    placement.manifest["tenant_db"] = {"keys": KEYS, "value_size": VALUE_SIZE, "dir": db,
+                                       "load_s": round(time.monotonic() - t0, 2)}
 
 
 def bench_argv(placement: Placement, duration_s: float) -> list[str]:

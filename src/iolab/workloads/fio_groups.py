@@ -11,7 +11,6 @@ application (RocksDB db_bench) runs in its own weighted group, alone or beside t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -29,7 +28,7 @@ from iolab.cgroups.base import Group
 from iolab.cgroups.counters import IoCounters
 from iolab.cgroups.sampler import Sampler, Series
 from iolab.core.errors import TrialFailed
-from iolab.core.exec import ExecRequest, ExecResult, Executor, Running
+from iolab.core.exec import ExecRequest, ExecResult, Running
 from iolab.core.units import parse_duration, parse_size
 from iolab.targets.base import Placement
 from iolab.targets.cgroup_set import create_groups, remove_groups, session_of
@@ -304,6 +303,11 @@ class FioGroupsWorkload(Workload):
         "ratio_200", "ratio_400", "ratio_800", "max_abs_log2_error", "class_max_abs_log2_error", "min_share",
         "jain", "aggregate_iops", "generator_cpu_busy", "machine_cpu_busy", "kernel_vs_fio", "window_s")
     params: FioGroupsParams
+
+    def __init__(self, params: WorkloadParams):
+        super().__init__(params)
+        # adaptive stopping watches the tenant's own rate when there are no groups to compare
+        self.main_metric = "tenant_ops_s" if self.params.tenant == "alone" else "ratio_800"
 
     def estimate_seconds(self) -> float:
         p = self.params
