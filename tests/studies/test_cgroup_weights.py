@@ -130,8 +130,10 @@ def test_sigint_mid_run_leaves_nothing(lab: Lab, spare_loop: str, tmp_path: Path
     before = scheduler_of(spare_loop)
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC.format(dev=spare_loop))
+    # A shell that started us in the background may have left SIGINT ignored; Ctrl-C must reach iolab.
     proc = subprocess.Popen(IOLAB + ["run", str(spec)], env=lab.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     mine = f"iolab-{proc.pid}-"
     deadline = time.monotonic() + 60
     root = detect.mounts().v1_blkio
@@ -201,7 +203,8 @@ def test_sharing_metrics_perfect_and_ignored() -> None:
     ignored = sharing_metrics({g: 100.0 for g in w}, w, 1.0)
     assert ignored["jain"] == pytest.approx(0.662, abs=0.001)  # the floor: never report Jain alone
     assert ignored["ratio_800"] == pytest.approx(1)
-    assert ignored["max_abs_log2_error"] == pytest.approx(math.log2(3.75))  # weight 100: 1/4 of the I/Os for 1/15 of the weight
+    # weight 100: 1/4 of the I/Os for 1/15 of the weight
+    assert ignored["max_abs_log2_error"] == pytest.approx(math.log2(3.75))
     assert ignored["aggregate_iops"] == 400
 
 

@@ -115,15 +115,16 @@ class _HostRunning(Running):
         deadline = self.t0 + self.req.timeout_s
         timed_out = False
         while True:
-            pid, status, ru = os.wait4(self.proc.pid, os.WNOHANG)
+            pid, status, ru = self._wait4(os.WNOHANG)
             if pid:
                 break
             if time.monotonic() > deadline:
                 timed_out = True
                 self.kill()
-                pid, status, ru = os.wait4(self.proc.pid, 0)
+                pid, status, ru = self._wait4(0)
                 break
             time.sleep(0.02)
+
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         self._out.seek(0)
         self._err.seek(0)
@@ -136,7 +137,8 @@ class _HostRunning(Running):
             argv=self.req.argv, returncode=self.proc.returncode,
             stdout=self._out.read().decode(errors="replace"),
             stderr=self._err.read().decode(errors="replace"),
-            wall_s=time.monotonic() - self.t0, cpu_user_s=ru.ru_utime, cpu_sys_s=ru.ru_stime,
+            wall_s=time.monotonic() - self.t0, cpu_user_s=ru.ru_utime if ru else 0.0,
+            cpu_sys_s=ru.ru_stime if ru else 0.0,
             timed_out=timed_out, collected=collected,
         )
         self._out.close()
@@ -146,6 +148,14 @@ class _HostRunning(Running):
         if self.on_reaped:
             self.on_reaped()
         return self._result
+
+    def _wait4(self, flags: int) -> tuple[int, int, os.struct_rusage | None]:  # type: ignore[name-defined]
+        """os.wait4, tolerating a child already reaped by kill() or an interrupted earlier wait()."""
+        try:
+            pid, status, ru = os.wait4(self.proc.pid, flags)
+            return pid, status, ru
+        except ChildProcessError:
+            return self.proc.pid, 9, None  # reaped elsewhere: report it as killed
 
     def kill(self) -> None:
         """Kill the generator and everything it started, and wait until they are gone, so

@@ -23,6 +23,7 @@ RATIO_TOL = 0.15  # class ratios within ±15 % of the weights "hold"
 GATE_WEIGHTS = (100, 400)
 QUICK_N = [4]
 FULL_N = [4, 8, 16, 32, 64, 128]
+DEPTH1_N = [8, 32, 128]  # the diagnostic: same N with iodepth 1, so N x iodepth stays below nr_requests
 METRICS = ("max_abs_log2_error", "class_max_abs_log2_error", "min_share", "jain", "aggregate_iops",
            "generator_cpu_busy", "machine_cpu_busy", "window_s", "warmup_cut_s", "start_spread_s",
            "min_group_ios", "kernel_vs_fio", "iodepth_total")
@@ -40,6 +41,8 @@ def build(quick: bool) -> dict[str, Any]:
             "target": {"kind": "cgroups", "controller": ["bfq", "none"], "size": "1G", "filesystem": "ext4",
                        "data_size": "512M"},
             "workloads": [sweep,
+                          {"name": "depth1", "kind": "fio-groups", "groups": DEPTH1_N, "iodepth": 1,
+                           "rw": "randread", "runtime": 10, "warmup": 1},
                           {"name": "tenant-alone", "kind": "fio-groups", "groups": 0, "tenant": "alone",
                            "runtime": 10},
                           {"name": "tenant-beside", "kind": "fio-groups", "groups": 4, "tenant": "beside",
@@ -104,8 +107,10 @@ def _enforcing(trials: list[dict[str, Any]], ctrl: str) -> bool:
     return any(_backend(t).get("enforces_weights", ctrl != "none") for t in trials if _controller(t) == ctrl)
 
 
-def _sweep(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [t for t in trials if t["params"].get("_workload", {}).get("tenant", "off") == "off"]
+def _sweep(trials: list[dict[str, Any]], name: str = "sweep") -> list[dict[str, Any]]:
+    """Trials of one fio-groups workload without tenant ("sweep"; "depth1" = the diagnostic)."""
+    return [t for t in trials if t["params"].get("_workload", {}).get("tenant", "off") == "off"
+            and t["params"].get("workload", "sweep") == name]
 
 
 def _groups_n(t: dict[str, Any]) -> int:
@@ -161,16 +166,30 @@ def _signals(ts: list[dict[str, Any]]) -> dict[str, Any]:
     iosched = dev.get("iosched", {}) or {}
     w = ts[0]["params"].get("_workload", {})
     mean = lambda m: mean_ci([t["metrics"][m] for t in ts if m in t["metrics"]]).mean  # noqa: E731
+    nr = _int(dev.get("nr_requests"))
+    total = mean("iodepth_total")
     return {
         "generator_cpu_busy": _r(mean("generator_cpu_busy")), "machine_cpu_busy": _r(mean("machine_cpu_busy")),
-        "iodepth_per_group": w.get("iodepth"), "iodepth_total": _r(mean("iodepth_total")),
+        "iodepth_per_group": w.get("iodepth"), "iodepth_total": _r(total),
         "nr_requests": dev.get("nr_requests"), "nr_tags": dev.get("nr_tags"),
+        "tag_pressure": bool(nr and math.isfinite(total) and total >= nr),
+        "bfq_tag_limit_min": _r(mean("tag_limit_min")) if math.isfinite(mean("tag_limit_min"))
+        else _tag_limit_from_manifest(ts[0], nr),
         "scheduler": dev.get("scheduler"),
         "tunables": {k: iosched[k] for k in ("strict_guarantees", "low_latency", "slice_idle", "timeout_sync",
                                              "max_budget", "back_seek_penalty") if k in iosched},
         "window_s": _r(mean("window_s")), "start_spread_s": _r(mean("start_spread_s")),
         "min_group_ios": _r(mean("min_group_ios")), "aggregate_iops": _r(mean("aggregate_iops")),
     }
+
+
+def _tag_limit_from_manifest(t: dict[str, Any], nr: int | None) -> float | None:
+    """BFQ's smallest per-group request limit, nr_requests x min weight / sum of weights (older runs)."""
+    weights = list((((t.get("manifest") or {}).get("target", {}) or {}).get("trial", {}) or {})
+                   .get("weights", {}).values())
+    if not nr or not weights:
+        return None
+    return float(max(round(nr * min(weights) / sum(weights)), 1))
 
 
 def _r(x: float) -> float | None:
@@ -241,6 +260,13 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         "tenant": tenant, "sanity_gate": gates, "controller_active": _active(gates, main),
         "by_controller": by_ctrl,
     }
+    depth1 = _sweep(trials, "depth1")
+    if depth1:
+        out["depth_check"] = {c: {n: {"class_ratio": v["class_ratio"], "holds": v["holds"],
+                                      "max_abs_log2_error": v["max_abs_log2_error"],
+                                      "aggregate_iops": v["aggregate_iops"]}
+                                  for n, v in per_n([t for t in depth1 if _controller(t) == c]).items()}
+                              for c in ctrls if any(_controller(t) == c for t in depth1)}
     if "none" in by_ctrl and main and main != "none":
         out["work_conservation"] = _work_conservation(trials, main)
         none_by = by_ctrl["none"]["by_groups"]
@@ -289,6 +315,8 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
         if worst:
             sections.append(Section("Per-class share over time at the worst N", [worst]))
         sections.append(_break_section(f))
+        if f.get("depth_check"):
+            sections.append(_depth_section(f["depth_check"]))
     if f.get("tenant"):
         sections.append(_tenant_section(f["tenant"]))
     if gate_notes:
@@ -317,7 +345,8 @@ def _summary(f: dict[str, Any]) -> list[str]:
         n0 = next(iter(none["by_groups"]))
         r = none["by_groups"][n0]["class_ratio"]["800"]["mean"]
         lines.append(f"none (control), N={n0}: 800/100 ratio {_num(r)} -> "
-                     + ("weights NOT enforced, as expected" if not f.get("none_proportional") else "UNEXPECTEDLY proportional"))
+                     + ("weights NOT enforced, as expected" if not f.get("none_proportional")
+                        else "UNEXPECTEDLY proportional"))
     wc = f.get("work_conservation") or {}
     if wc:
         n0 = next(iter(wc))
@@ -325,7 +354,8 @@ def _summary(f: dict[str, Any]) -> list[str]:
     for ctrl, t in (f.get("tenant") or {}).items():
         lines.append(f"db_bench under {ctrl}: {_num(t['alone']['tenant_ops_s']['mean'])} ops/s alone, "
                      f"{_num(t['beside']['tenant_ops_s']['mean'])} beside the groups; read p99 "
-                     f"{_num(t['alone']['tenant_read_p99_us']['mean'])} -> {_num(t['beside']['tenant_read_p99_us']['mean'])} µs")
+                     f"{_num(t['alone']['tenant_read_p99_us']['mean'])} -> "
+                     f"{_num(t['beside']['tenant_read_p99_us']['mean'])} µs")
     return lines
 
 
@@ -344,7 +374,8 @@ def _ratio_section(ctrl: str, cf: dict[str, Any]) -> Section:
         series.append(Series(f"{c}/100", [float(n) for n in ns], [p["mean"] for p in pts],
                              [p["ci95"][0] for p in pts], [p["ci95"][1] for p in pts]))
     notes = [Note(f"N={n}: " + "; ".join(v["flag_details"]), "warn") for n, v in by.items() if v["flags"]]
-    chart = Chart(f"Class IOPS ratio vs N under {ctrl} (ideal 2, 4, 8)", "line", "groups N", "IOPS / IOPS of weight 100",
+    chart = Chart(f"Class IOPS ratio vs N under {ctrl} (ideal 2, 4, 8)", "line", "groups N",
+                  "IOPS / IOPS of weight 100",
                   series, x_log2=True, y_log=True, ref_lines=[(2, "2"), (4, "4"), (8, "8")], notes=notes + [
                       Note("Per-group IOPS of each weight class over that of the weight-100 class, from the kernel's "
                            "per-group counters in the steady window; mean over repetitions with 95% CI band.")])
@@ -403,17 +434,43 @@ def _break_section(f: dict[str, Any]) -> Section:
     notes = []
     if (sig.get("machine_cpu_busy") or 0) >= 0.9:
         notes.append(Note(f"At N={bn} the CPUs were {sig['machine_cpu_busy']:.0%} busy (fio's share "
-                          f"{(sig.get('generator_cpu_busy') or 0):.0%}): processes waited for CPU, so CPU scheduling can "
+                          f"{(sig.get('generator_cpu_busy') or 0):.0%}): processes waited for CPU, so CPU "
+                          "scheduling can "
                           "decide who submits I/O.", "warn"))
     nr = _int(sig.get("nr_requests"))
-    if nr and sig.get("iodepth_total") and sig["iodepth_total"] > nr:
-        notes.append(Note(f"I/O depth x N = {sig['iodepth_total']:.0f} exceeds nr_requests = {nr}: requests wait for "
-                          "scheduler tags before the scheduler sees them.", "warn"))
+    lim = sig.get("bfq_tag_limit_min")
+    if sig.get("scheduler") == "bfq" and lim is not None and sig.get("iodepth_per_group") and \
+            lim <= sig["iodepth_per_group"]:
+        notes.append(Note(
+            f"BFQ (Linux >= 5.17, bfqq_request_over_limit) limits each group to nr_requests x weight / sum of active "
+            f"weights requests and trims the tag depth of a group above that to 1. Here nr_requests = {nr}, so the "
+            f"weight-100 groups may hold only {lim:.0f} requests against an iodepth of {sig['iodepth_per_group']}: "
+            "they drain during their service slot, BFQ expires them, and the heavy groups take the device.", "warn"))
+    if sig.get("tag_pressure"):
+        notes.append(Note(f"I/O depth x N = {sig['iodepth_total']:.0f} >= nr_requests = {nr}: requests also wait "
+                          "for a scheduler tag before BFQ sees them.", "warn"))
+    dc = (f.get("depth_check") or {}).get(f.get("controller"), {})
+    if dc:
+        held = [n for n, v in dc.items() if v["holds"]]
+        notes.append(Note(f"Diagnostic: the same sweep with iodepth 1 (below every group's request limit) holds "
+                          f"1:2:4:8 at N = "
+                          f"{', '.join(held) or 'none of ' + ', '.join(dc)}.", "info" if held else "warn"))
     if (sig.get("min_group_ios") or 0) < 100:
         notes.append(Note(f"The smallest group completed only {sig['min_group_ios']:.0f} I/Os in the "
                           f"{sig['window_s']} s window: per-group shares are counting noise there.", "warn"))
     blocks.append(Table(f"Signals recorded at N={bn}", ["signal", "value"], rows, notes=notes))
     return Section("Break point and why", blocks, intro=intro)
+
+
+def _depth_section(dc: dict[str, Any]) -> Section:
+    rows = [[ctrl, n, fmt_est(v["class_ratio"]["200"]), fmt_est(v["class_ratio"]["400"]),
+             fmt_est(v["class_ratio"]["800"]), fmt_est(v["max_abs_log2_error"]), fmt_est(v["aggregate_iops"]),
+             "yes" if v["holds"] else "NO"] for ctrl, per in dc.items() for n, v in per.items()]
+    return Section("Diagnostic: the same N at iodepth 1", [Table(
+        "iodepth 1 per group, so N x iodepth stays below nr_requests (mean ± 95% CI)",
+        ["controller", "N", "200/100", "400/100", "800/100", "worst |log2| err", "aggregate IOPS", "holds"], rows)],
+        intro="If the break comes from BFQ's per-group request limit (nr_requests x w / sum w) falling below the "
+              "groups' iodepth, iodepth 1 must restore the ratios until that limit itself reaches 1 request.")
 
 
 def _int(x: Any) -> int | None:

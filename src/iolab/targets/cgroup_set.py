@@ -48,7 +48,7 @@ class CgroupSetParams(TargetParams):
         "none", description="ext4 on the scratch device: load runs on a pre-filled file beside other apps' files")
     data_size: int = Field(512 << 20, description="size of the load's data file when filesystem=ext4")
     tunables: dict[str, str] = Field(default_factory=dict,
-                                     description="scheduler tunables overriding the backend's, e.g. strict_guarantees=0")
+                                     description="scheduler tunables over the backend's, e.g. strict_guarantees=0")
 
     @field_validator("controller")
     @classmethod

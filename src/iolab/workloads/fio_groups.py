@@ -15,6 +15,7 @@ import math
 import os
 import random
 import select
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -396,7 +397,8 @@ def run_groups(wl: FioGroupsWorkload, placement: Placement, timeout_s: float, *,
             series = sampler.stop()
         trial_info["release_to_end_s"] = time.monotonic() - released
         running.clear()
-        outcome = _metrics(wl, groups, weights, jobs, results, series, reader, extra_groups)
+        outcome = _metrics(wl, groups, weights, jobs, results, series, reader, extra_groups,
+                           nr_requests(session), session.backend.scheduler == "bfq")
         placement.manifest["share_series"] = outcome.shares
         outcome.result.metrics["groups_create_s"] = trial_info["groups_create_s"]
         outcome.result.raw = {"fio": {g: _fio_json(results[g]) for g in weights}, "series": series.to_dict(),
@@ -405,16 +407,26 @@ def run_groups(wl: FioGroupsWorkload, placement: Placement, timeout_s: float, *,
                               "assignment": weights}
         return outcome
     finally:
+        # Cleanup must never replace an exception in flight (Ctrl-C arrives as KeyboardInterrupt).
+        unwinding = sys.exc_info()[0] is not None
         for r in running.values():
-            r.kill()
-            r.wait()
+            _reap(r)
         if gate:
             gate.close()
         t1 = time.monotonic()
         errors = remove_groups(session, groups + list(extra_groups.values()))
         trial_info["groups_remove_s"] = time.monotonic() - t1
-        if errors:
+        if errors and not unwinding:
             raise TrialFailed("could not remove the trial's groups: " + "; ".join(errors))
+
+
+def _reap(r: Running) -> None:
+    """Kill and reap a load process; one already reaped (wait interrupted after wait4) is fine."""
+    try:
+        r.kill()
+        r.wait()
+    except OSError:
+        pass
 
 
 def _fio_request(gate: Gate, name: str, job: str, session: Any, group: Group, timeout_s: float) -> ExecRequest:
@@ -432,9 +444,17 @@ def _fio_json(res: ExecResult) -> dict[str, Any]:
     return fio_engine.parse_result(fixed)
 
 
+def nr_requests(session: Any) -> int | None:
+    """The queue's request (scheduler tag) limit, read at trial time."""
+    try:
+        return int((session.backend.dev.queue / "nr_requests").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _metrics(wl: FioGroupsWorkload, groups: list[Group], weights: dict[str, int], jobs: dict[str, str],
              results: dict[str, ExecResult], series: Series, reader: CountingReader,
-             extra_groups: dict[str, Group]) -> GroupsOutcome:
+             extra_groups: dict[str, Group], nr_req: int | None = None, bfq: bool = False) -> GroupsOutcome:
     p = wl.params
     fio = {g: fio_engine.job_metrics(_fio_json(results[g])["jobs"][0]) for g in weights}
     i, j, d, steady = steady_window(series, weights, p.warmup)
@@ -469,7 +489,10 @@ def _metrics(wl: FioGroupsWorkload, groups: list[Group], weights: dict[str, int]
             m[f"{side}_clat_p99_us_worst_group"] = max(p99)
     for name, g in extra_groups.items():
         m[f"{name}_iops_kernel"] = window[g.name].ios / seconds if g.name in window else 0.0
-    flags = _flags(m, steady, cores)
+    if nr_req:
+        m["nr_requests"] = float(nr_req)
+        m["tag_limit_min"] = float(min(tag_limits(weights, nr_req).values()))
+    flags = _flags(m, steady, cores) + _tag_flags(m, weights, p.iodepth, nr_req, bfq)
     return GroupsOutcome(WorkloadResult(metrics=m, job_text=next(iter(jobs.values())), flags=flags),
                          weights, series, share_series(series, weights, i, j, a, b))
 
@@ -495,4 +518,31 @@ def _flags(m: dict[str, float], steady: bool, cores: int) -> list[str]:
     if m["min_group_ios"] < 100:
         flags.append(f"short_window: the smallest group completed only {m['min_group_ios']:.0f} I/Os in the window "
                      f"(counting noise ~{1 / math.sqrt(max(m['min_group_ios'], 1)):.0%})")
+    return flags
+
+
+def tag_limits(weights: dict[str, int], nr_req: int) -> dict[str, int]:
+    """BFQ's per-group request limit under tag pressure (bfqq_request_over_limit, Linux >= 5.17):
+    nr_requests x weight / sum of the active siblings' weights. A group holding that many
+    requests gets its tag depth trimmed to 1."""
+    wsum = sum(weights.values())
+    return {g: max(int(round(nr_req * w / wsum)), 1) for g, w in weights.items()}
+
+
+def _tag_flags(m: dict[str, float], weights: dict[str, int], iodepth: int, nr_req: int | None,
+               bfq: bool) -> list[str]:
+    """Flag tag pressure: all groups together want more requests than the queue has."""
+    if not nr_req:
+        return []
+    flags = []
+    if m["iodepth_total"] >= nr_req:
+        flags.append(f"tag_pressure: iodepth x N = {m['iodepth_total']:.0f} >= nr_requests = {nr_req}: requests "
+                     "wait for a scheduler tag before the scheduler sees them")
+    limits = tag_limits(weights, nr_req)
+    low = min(limits.values())
+    if bfq and low <= iodepth and low < 16:
+        trimmed = {w: limits[g] for g, w in sorted(weights.items(), key=lambda kv: kv[1]) if limits[g] <= iodepth}
+        flags.append(f"tag_limited: BFQ limits each group to nr_requests x w / sum w requests and trims the tag "
+                     f"depth of a group above it to 1; limits {trimmed} (weight: requests) are at or below iodepth "
+                     f"{iodepth}, too few to stay backlogged through a service slot")
     return flags
