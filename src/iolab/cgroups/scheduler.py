@@ -112,3 +112,10 @@ def _read(p: Path) -> str:
         return p.read_text().strip()
     except OSError as exc:  # some attributes are write-only or refuse reads on some devices
         return f"<{exc.strerror}>"
+
+
+def bfq_missing(dev: BlockDev | None) -> str | None:
+    """Why BFQ-based weighting cannot run on this device, or None."""
+    if dev is not None and "bfq" not in available(dev):
+        return f"BFQ is not offered for {dev.name} (modprobe bfq?)"
+    return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from iolab.cgroups.detect import Mounts
 from iolab.cgroups.device import BlockDev
-from iolab.cgroups.scheduler import available
+from iolab.cgroups.scheduler import bfq_missing
 from iolab.cgroups.v1 import V1Backend
 
 BFQ_TUNABLES = {"strict_guarantees": "1", "low_latency": "0", "timeout_sync": "8"}
@@ -34,9 +34,4 @@ class V1Bfq(V1Backend):
 
     @classmethod
     def unavailable_reason(cls, m: Mounts, dev: BlockDev | None) -> str | None:
-        reason = super().unavailable_reason(m, dev)
-        if reason:
-            return reason
-        if dev is not None and "bfq" not in available(dev):
-            return f"BFQ is not offered for {dev.name} (modprobe bfq?)"
-        return None
+        return super().unavailable_reason(m, dev) or bfq_missing(dev)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from iolab.cgroups.detect import Mounts
 from iolab.cgroups.device import BlockDev
-from iolab.cgroups.scheduler import available
+from iolab.cgroups.scheduler import bfq_missing
 from iolab.cgroups.v1_bfq import BFQ_TUNABLES  # same reasons as v1-bfq
 from iolab.cgroups.v2 import V2Backend
 
@@ -19,9 +19,4 @@ class V2Bfq(V2Backend):
 
     @classmethod
     def unavailable_reason(cls, m: Mounts, dev: BlockDev | None) -> str | None:
-        reason = super().unavailable_reason(m, dev)
-        if reason:
-            return reason
-        if dev is not None and "bfq" not in available(dev):
-            return f"BFQ is not offered for {dev.name} (modprobe bfq?)"
-        return None
+        return super().unavailable_reason(m, dev) or bfq_missing(dev)
