@@ -181,7 +181,8 @@ class Runner:
 
     def _remaining_estimate(self) -> int:
         s = self.spec.settings
-        return sum(max(s.repetitions - len(self.state[c.id].ok_values), 0) if self._wants_more(c) else 0
+        # after the minimum, a configuration that still wants more costs at least one more round
+        return sum(max(s.repetitions - len(self.state[c.id].ok_values), 1) if self._wants_more(c) else 0
                    for c in self.spec.configs) or 1
 
     def _run_trial(self, target: Target, placement: Placement, c: Config) -> None:
