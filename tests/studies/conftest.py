@@ -30,6 +30,17 @@ class Lab:
     def report_json(self, run: str = "latest") -> dict[str, Any]:
         return json.loads(self.run("report", run, "--format", "json").stdout)
 
+    def quick_study(self, name: str, timeout: float = 900, complete: bool = True
+                    ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+        """Run `iolab study NAME --quick`; check it ends with the report path and keeps the contract."""
+        result = self.run("study", name, "--quick", timeout=timeout)
+        assert "report: " in result.stdout.splitlines()[-1], "the run must end with the report path"
+        doc = self.report_json()
+        assert_contract(doc, name)
+        if complete:
+            assert doc["status"] == "complete"
+        return result, doc
+
     def report_path(self, result: subprocess.CompletedProcess[str]) -> Path:
         line = [ln for ln in result.stdout.splitlines() if ln.startswith("report: ")][-1]
         return Path(line.split("report: ", 1)[1].strip())

@@ -20,7 +20,7 @@ from iolab.cgroups.sampler import Series
 from iolab.studies import cgroup_weights as cw
 from iolab.workloads import db_bench
 from iolab.workloads.fio_groups import assign_weights, sharing_metrics, steady_window
-from tests.studies.conftest import IOLAB, Lab, assert_contract
+from tests.studies.conftest import IOLAB, Lab
 
 MiB = 1 << 20
 
@@ -72,11 +72,7 @@ def spare_loop() -> Iterator[str]:
 # -- the study for real --------------------------------------------------------------------------
 @real
 def test_quick_bfq_proportional_none_not(lab: Lab) -> None:
-    result = lab.run("study", "cgroup-weights", "--quick", timeout=400)
-    assert "report: " in result.stdout.splitlines()[-1]
-    doc = lab.report_json()
-    assert_contract(doc, "cgroup-weights")
-    assert doc["status"] == "complete"
+    result, doc = lab.quick_study("cgroup-weights", timeout=400)
     f = doc["findings"]
     assert f["controller"] == "bfq" and f["cgroup_version"] == 1
     assert set(f) >= {"controller", "cgroup_version", "by_groups", "breakdown_n", "tenant"}

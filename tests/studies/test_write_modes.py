@@ -5,15 +5,11 @@ from __future__ import annotations
 import subprocess
 
 from tests.report.browser import open_report_in_browser
-from tests.studies.conftest import Lab, assert_contract
+from tests.studies.conftest import Lab
 
 
 def test_write_modes_quick(lab: Lab) -> None:
-    result = lab.run("study", "write-modes", "--quick")
-    assert "report: " in result.stdout.splitlines()[-1], "the run must end with the report path"
-    doc = lab.report_json()
-    assert_contract(doc, "write-modes")
-    assert doc["status"] == "complete"
+    result, doc = lab.quick_study("write-modes")
     f = doc["findings"]
     thr = f["throughput"]
     assert set(thr) == {"buffered", "o_sync", "o_direct", "mmap"}
