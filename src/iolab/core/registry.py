@@ -23,6 +23,10 @@ WORKLOADS: dict[str, str] = {
     "writemode": "iolab.workloads.writemode:WriteModeWorkload",
     "fio-groups": "iolab.workloads.fio_groups:FioGroupsWorkload",
     "sync-writes": "iolab.workloads.sync_writes:SyncWritesWorkload",
+    "primes": "iolab.workloads.primes:PrimesWorkload",
+    "sysbench-cpu": "iolab.workloads.sysbench_cpu:SysbenchCpuWorkload",
+    "stream": "iolab.workloads.stream:StreamWorkload",
+    "iperf3": "iolab.workloads.iperf3:Iperf3Workload",
 }
 
 

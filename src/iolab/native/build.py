@@ -16,9 +16,13 @@ import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from iolab.core.errors import CapabilityMissing, IolabError
 from iolab.core.paths import cache_dir
+
+if TYPE_CHECKING:
+    from iolab.targets.base import Placement
 
 # No -Werror here: a newer compiler's new warning must not stop a user's run. The test
 # suite compiles with -Werror to keep the sources warning-free.
@@ -99,3 +103,23 @@ def helper_path(name: str) -> Path:
 def build_all() -> list[Path]:
     """Build every helper (for `iolab setup`), so the first study does not pay for it."""
     return [helper_path(name) for name in available()]
+
+
+GUEST_DIR = "/usr/libexec/iolab"  # where a guest target installs the helpers it was asked for
+
+
+def helper_for(name: str, placement: "Placement") -> str:
+    """Helper `name`'s path as the placement's executor sees it.
+
+    On the host: built on demand. In a guest: the target put the binary there (qemu target,
+    `native_helpers = [...]`) and named it in placement.extras["native_helpers"][name].
+    """
+    from iolab.core.errors import TrialFailed
+
+    provided = (placement.extras.get("native_helpers") or {}).get(name)
+    if provided:
+        return str(provided)
+    if placement.executor.name == "host":
+        return str(helper_path(name))
+    raise TrialFailed(f"the {placement.executor.name!r} executor has no native helper {name}; its target must "
+                      f"install it (qemu target: native_helpers = [\"{name}\"])")

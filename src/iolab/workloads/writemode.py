@@ -20,7 +20,7 @@ from pydantic import field_validator
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.units import format_size, parse_size
-from iolab.native import helper_path
+from iolab.native import helper_for as native_helper_for
 from iolab.targets.base import Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -106,18 +106,7 @@ class WriteModeWorkload(Workload):
 
 
 def helper_for(placement: Placement) -> str:
-    """The helper's path as the executor sees it.
-
-    On the host: built on demand. Elsewhere (a guest) the target must have put the binary
-    there and named it in placement.extras["native_helpers"][HELPER].
-    """
-    provided = (placement.extras.get("native_helpers") or {}).get(HELPER)
-    if provided:
-        return str(provided)
-    if placement.executor.name == "host":
-        return str(helper_path(HELPER))
-    raise TrialFailed(f"writemode: the {placement.executor.name!r} executor has no {HELPER}; "
-                      f"its target must install it and set extras['native_helpers']")
+    return native_helper_for(HELPER, placement)
 
 
 def _remove(placement: Placement, path: str) -> None:
