@@ -118,7 +118,8 @@ def _section_view(section: Section, counter: _Counter) -> dict[str, Any]:
             blocks.append(_table_view(block, counter.table_id()))
         elif isinstance(block, Chart):
             blocks.append(_chart_view(block, counter.chart_id()))
-    return {"title": section.title, "intro": section.intro, "id": counter.slug(section.title), "blocks": blocks}
+    return {"title": section.title, "intro": section.intro, "id": counter.slug(section.title), "blocks": blocks,
+            "layout": section.layout}
 
 
 def _note_view(note: Note) -> dict[str, Any]:

@@ -55,3 +55,5 @@ class Section:
     title: str
     blocks: list[Note | Table | Chart]
     intro: str = ""
+    # "grid": charts and tables side by side (two columns on a wide page), e.g. the four parts of vm-profile
+    layout: Literal["stack", "grid"] = "stack"

@@ -22,19 +22,24 @@ from iolab.core.errors import CapabilityMissing, IolabError
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.resources import Ledger, Resource
 from iolab.core.units import format_size, parse_size
+from iolab.native.build import GUEST_DIR
 from iolab.targets.base import Placement, Target, TargetParams
 from iolab.vm import guest_image
 from iolab.vm.executor import GuestExecutor
-from iolab.vm.qemu import (GUEST_DEVICE, Aio, Bus, CacheMode, DiskSpec, Format, Prealloc, QemuVM,
-                           RunFiles, VmError, VmSpec, create_image, image_info, probe_accel,
-                           qemu_version)
+from iolab.vm import profiles
+from iolab.vm.qemu import (GUEST_DEVICE, GUEST_NET, LUKS_ITER_TIME_MS, SECRET_ID, Aio, Bus, CacheMode, DiskSpec,
+                           Encrypt, Format, NetSpec, Network, Prealloc, QemuVM, RunFiles, Secret, VmError, VmSpec,
+                           create_image, image_info, probe_accel, qemu_version)
 
 GUEST_MOUNT = "/mnt/iolab"
 DEVICE_WAIT_S = 30.0
+GUEST_SERVER_PORT = 5201  # a guest's server port, forwarded from a free host port (iperf3's default)
+PEER_MEMORY_MB = 384
 
 
 class QemuGuestParams(TargetParams):
     kind: Literal["qemu"] = "qemu"
+    profile: str | None = Field(None, description="a built-in VM profile (iolab.vm.profiles); keys set here win")
     bus: Bus = "virtio-blk"
     format: Format = "raw"
     cache: CacheMode = "none"
@@ -43,6 +48,7 @@ class QemuGuestParams(TargetParams):
     cluster_size: int | None = Field(None, description="qcow2 cluster size, bytes or '64k'")
     preallocation: Prealloc = "off"
     lazy_refcounts: bool = False
+    encrypt: Encrypt = Field("none", description="luks: qcow2 with LUKS; the key never touches disk or argv")
     disk_size: int = Field(256 << 20, description="test disk size, bytes or '256M'")
     memory: int = Field(512 << 20, description="guest memory, bytes or '512M'")
     vcpus: int = Field(1, ge=1, le=64)
@@ -54,6 +60,11 @@ class QemuGuestParams(TargetParams):
     prefill: bool = Field(False, description="write pattern data over the whole disk before boot, "
                                              "so reads do not hit holes / unallocated clusters")
     extra_binaries: tuple[str, ...] = Field((), description="host binaries to add to the built-in guest")
+    native_helpers: tuple[str, ...] = Field((), description="iolab C helpers to install in the guest (e.g. iolab_stream)")
+    network: Network = Field("none", description="user: a virtio-net NIC on user-mode networking "
+                                                 "(guest 10.0.2.15, host loopback 10.0.2.2)")
+    net_peer: bool = Field(False, description="boot a second, diskless guest on its own user network, "
+                                              "for guest-to-guest traffic (needs network = \"user\")")
     boot_timeout: float | None = Field(None, gt=0, description="seconds; default 30 (KVM) / 90 (TCG)")
 
     @field_validator("disk_size", "memory", "cluster_size", mode="before")
@@ -61,9 +72,23 @@ class QemuGuestParams(TargetParams):
     def _size(cls, v: Any) -> Any:
         return None if v is None else parse_size(v)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, values: Any) -> Any:
+        return profiles.apply(values) if isinstance(values, dict) else values
+
     @model_validator(mode="after")
     def _consistent(self) -> QemuGuestParams:
+        from iolab.native import available
+
         problems = self.disk_spec().problems()
+        if self.net_peer and self.network != "user":
+            problems.append("net_peer needs network = \"user\"")
+        if self.prefill and self.encrypt != "none":
+            problems.append("prefill is not supported with encrypt=luks (write the data from the guest)")
+        unknown = sorted(set(self.native_helpers) - set(available()))
+        if unknown:
+            problems.append(f"unknown native helper(s) {', '.join(unknown)}; available: {', '.join(available())}")
         if self.memory < (384 << 20) and not self.initramfs:
             # the built-in initramfs (~95 MiB unpacked, mostly fio's libraries) is unpacked into RAM
             problems.append(f"memory must be at least 384M for the built-in guest, got {format_size(self.memory)}")
@@ -78,7 +103,8 @@ class QemuGuestParams(TargetParams):
     def disk_spec(self) -> DiskSpec:
         return DiskSpec(size=self.disk_size, bus=self.bus, format=self.format, cache=self.cache,
                         aio=self.aio, iothread=self.iothread, cluster_size=self.cluster_size,
-                        preallocation=self.preallocation, lazy_refcounts=self.lazy_refcounts)
+                        preallocation=self.preallocation, lazy_refcounts=self.lazy_refcounts,
+                        encrypt=self.encrypt)
 
 
 class QemuGuestTarget(Target):
@@ -90,6 +116,7 @@ class QemuGuestTarget(Target):
         super().__init__(params, ledger)
         self.tag = f"iolab-{uuid.uuid4().hex[:10]}"
         self.vm: QemuVM | None = None
+        self.peer: QemuVM | None = None
         self.image: Path | None = None
         self.loop: Any = None
         self._made: list[Resource] = []
@@ -103,6 +130,11 @@ class QemuGuestTarget(Target):
             f"with the disk on {p.bus}, cache={p.cache}, aio={p.aio}"
             + (", iothread" if p.iothread else ""),
             *([f"makes ext4 on the guest disk and mounts it at {GUEST_MOUNT}"] if p.guest_fs == "ext4" else []),
+            *(["encrypts the image with LUKS; the key is random, kept in memory and handed to QEMU "
+               "through an inherited pipe"] if p.encrypt != "none" else []),
+            *(["gives the guest a virtio-net NIC on user-mode networking (host loopback at 10.0.2.2)"]
+              if p.network == "user" else []),
+            *(["boots a second, diskless guest as network peer"] if p.net_peer else []),
             "stops the guest and removes the image and loop device at the end, also on failure",
         ]
 
@@ -123,7 +155,8 @@ class QemuGuestTarget(Target):
         directory, host_device = self._image_directory()
         self.image = directory / f"{self.tag}.{p.format}"
         self._made.append(self.ledger.add("file", str(self.image)))
-        create_image(p.disk_spec(), self.image)
+        secret = Secret() if p.encrypt != "none" else None
+        create_image(p.disk_spec(), self.image, secret)
         if p.prefill:
             _prefill(self.image, p.format, p.disk_size)
         run_dir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
@@ -131,26 +164,57 @@ class QemuGuestTarget(Target):
         spec = VmSpec(disk=p.disk_spec(), image=self.image, kernel=image.kernel, initramfs=image.initramfs,
                       memory_mb=p.memory >> 20, vcpus=p.vcpus, accel=accel_name,
                       cpu=accel.cpu if accel else ("host" if accel_name == "kvm" else None), tag=self.tag,
-                      module_groups=(p.bus, *(["ext4"] if p.guest_fs == "ext4" else [])))
+                      module_groups=(p.bus, *(["ext4"] if p.guest_fs == "ext4" else []),
+                                     *(["net"] if p.network == "user" else [])),
+                      net=NetSpec(hostfwd=((free_port(), GUEST_SERVER_PORT),)) if p.network == "user" else None,
+                      secret=secret)
         self.vm = QemuVM(spec, RunFiles(run_dir), self.ledger)
         self.vm.start(p.boot_timeout)
         executor = GuestExecutor(self.vm.channel)  # type: ignore[arg-type]
         dev = self._wait_for_disk(executor, GUEST_DEVICE[p.bus])
         mount = self._make_fs(executor, dev) if p.guest_fs == "ext4" else None
+        extras: dict[str, Any] = {"qmp": self.vm.qmp, "vm": self.vm, "qemu_pid": self.vm.pid,
+                                  "qmp_device": "testdisk", "accel": accel_name,
+                                  "native_helpers": {n: f"{GUEST_DIR}/{n}" for n in p.native_helpers}}
+        if spec.net is not None:
+            configure_network(executor)
+            extras["net"] = {"host_addr": GUEST_NET["host"], "forward_port": spec.net.hostfwd[0][0],
+                             "server_port": GUEST_SERVER_PORT}
+        if p.net_peer:
+            extras["peer"] = self._start_peer(image, spec, run_dir)
         manifest = self._manifest(image, accel_name, accel.reason if accel else "set in the spec", dev,
                                   host_device)
         return Placement(
             executor=executor, path=None if mount else f"/dev/{dev}", directory=mount,
             host_device=host_device, guest_device=dev, is_block_device=mount is None, manifest=manifest,
-            extras={"qmp": self.vm.qmp, "vm": self.vm, "qemu_pid": self.vm.pid,
-                    "qmp_device": "testdisk", "accel": accel_name},
+            extras=extras,
         )
+
+    def _start_peer(self, image: guest_image.GuestImage, spec: VmSpec, run_dir: Path) -> dict[str, Any]:
+        """A diskless guest on a user network of its own, reachable from the host (and so from
+        the first guest, through 10.0.2.2) at 127.0.0.1:forward_port."""
+        peer_dir = run_dir / "peer"
+        port = free_port()
+        peer_spec = VmSpec(disk=None, image=None, kernel=image.kernel, initramfs=image.initramfs,
+                           memory_mb=PEER_MEMORY_MB, vcpus=1, accel=spec.accel, cpu=spec.cpu,
+                           tag=f"{self.tag}-peer", module_groups=("net",),
+                           net=NetSpec(hostfwd=((port, GUEST_SERVER_PORT),)))
+        self.peer = QemuVM(peer_spec, RunFiles(peer_dir), self.ledger)
+        self.peer.start(self.params.boot_timeout)
+        executor = GuestExecutor(self.peer.channel)  # type: ignore[arg-type]
+        configure_network(executor)
+        return {"executor": executor, "forward_port": port, "server_port": GUEST_SERVER_PORT,
+                "qemu_pid": self.peer.pid}
 
     def _guest(self) -> guest_image.GuestImage:
         p = self.params
         if p.kernel and p.initramfs:
             return guest_image.user_guest(p.kernel, p.initramfs)
-        return guest_image.build_guest(p.extra_binaries, kernel=Path(p.kernel) if p.kernel else None)
+        from iolab.native import helper_path
+
+        helpers = {f"{GUEST_DIR}/{n}": helper_path(n) for n in p.native_helpers}
+        return guest_image.build_guest(p.extra_binaries, extra_files=helpers,
+                                       kernel=Path(p.kernel) if p.kernel else None)
 
     def _image_directory(self) -> tuple[Path, str | None]:
         """Where the image goes and the host block device whose counters see its I/O.
@@ -211,6 +275,10 @@ class QemuGuestTarget(Target):
             "guest_device": dev, "guest_fs": p.guest_fs, "host_device": host_device,
             "image_path": str(self.image), "boot_seconds": self.vm.boot_seconds,
             "memory_bytes": p.memory, "vcpus": p.vcpus, "prefilled": p.prefill, "flags": flags,
+            "profile": p.profile, "network": p.network, "net_peer": p.net_peer,
+            "encryption": ({"format": "luks", "key": "random per run, in memory only, passed through an "
+                            f"inherited pipe (-object secret id={SECRET_ID})", "iter_time_ms": LUKS_ITER_TIME_MS}
+                           if p.encrypt != "none" else None),
         }
 
     def _diagnosis(self) -> str:
@@ -225,12 +293,15 @@ class QemuGuestTarget(Target):
 
     def teardown(self) -> None:
         errors = []
-        if self.vm is not None:
+        for attr in ("peer", "vm"):
+            vm = getattr(self, attr)
+            if vm is None:
+                continue
             try:
-                self.vm.shutdown()
+                vm.shutdown()
             except Exception as exc:  # keep going: the image and loop must still go
                 errors.append(f"stopping the guest: {exc}")
-            self.vm = None
+            setattr(self, attr, None)
         for res in reversed(self._made):
             try:
                 self.ledger.release(res)
@@ -247,6 +318,23 @@ class QemuGuestTarget(Target):
             self.loop = None
         if errors:
             raise IolabError("teardown of the QEMU target was incomplete: " + "; ".join(errors))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now (the kernel picks it)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sk:
+        sk.bind(("127.0.0.1", 0))
+        return int(sk.getsockname()[1])
+
+
+def configure_network(executor: GuestExecutor) -> None:
+    """Static address on slirp's fixed plan (no DHCP client needed, no wait)."""
+    script = ('ip link set lo up && ip link set eth0 up && ip addr add "$1" dev eth0 && '
+              'ip route add default via "$2"')
+    _check(executor.run(ExecRequest(["sh", "-c", script, "sh", GUEST_NET["guest"], GUEST_NET["gateway"]],
+                                    timeout_s=60)), "configuring the guest network")
 
 
 def _check(res: ExecResult, what: str) -> None:

@@ -32,11 +32,18 @@ Format = Literal["raw", "qcow2"]
 CacheMode = Literal["none", "writeback", "writethrough", "directsync", "unsafe"]
 Aio = Literal["threads", "native", "io_uring"]
 Prealloc = Literal["off", "metadata", "falloc", "full"]
+Encrypt = Literal["none", "luks"]
+Network = Literal["none", "user"]
 Accel = Literal["kvm", "tcg"]
 
 BUSES: tuple[str, ...] = ("virtio-blk", "virtio-scsi", "ide", "ahci", "nvme")
 AGENT_PORT = "org.iolab.agent"
 DISK_SERIAL = "iolab-test"
+SECRET_ID = "disk0-key"
+# PBKDF2 time to unlock the LUKS key slot (QEMU's default is 2000 ms, paid at every open);
+# a lab image needs no brute-force resistance, and the cost is outside every measurement.
+LUKS_ITER_TIME_MS = 100
+GUEST_NET = {"guest": "10.0.2.15/24", "host": "10.0.2.2", "gateway": "10.0.2.2"}  # slirp's fixed plan
 DISK_ID = "testdisk"
 FORMAT_NODE = "disk0"
 FILE_NODE = "disk0-file"
@@ -82,6 +89,7 @@ class DiskSpec:
     cluster_size: int | None = None
     preallocation: Prealloc = "off"
     lazy_refcounts: bool = False
+    encrypt: Encrypt = "none"  # luks: qcow2's built-in LUKS; the key comes from a Secret (never argv or disk)
 
     def validate(self) -> None:
         for problem in self.problems():
@@ -107,6 +115,8 @@ class DiskSpec:
                 out.append("lazy_refcounts applies to format=qcow2 only")
             if self.preallocation == "metadata":
                 out.append("preallocation=metadata applies to format=qcow2 only (raw: off, falloc, full)")
+            if self.encrypt != "none":
+                out.append("encrypt=luks applies to format=qcow2 only (qcow2 with LUKS encryption)")
         cs = self.cluster_size
         if cs is not None and (cs < 512 or cs > (2 << 20) or cs & (cs - 1)):
             out.append(f"cluster_size must be a power of two between 512 and 2M, got {cs}")
@@ -123,13 +133,59 @@ class DiskSpec:
             if self.cluster_size is not None:
                 opts.append(f"cluster_size={self.cluster_size}")
             opts.append(f"lazy_refcounts={'on' if self.lazy_refcounts else 'off'}")
+            if self.encrypt == "luks":
+                opts += ["encrypt.format=luks", f"encrypt.key-secret={SECRET_ID}",
+                         f"encrypt.iter-time={LUKS_ITER_TIME_MS}"]
         return opts
+
+
+
+class Secret:
+    """A disk key that never touches the disk or a process list.
+
+    QEMU and qemu-img read it from an inherited pipe (`-object secret,file=/dev/fd/N`):
+    the bytes sit in the pipe buffer until the child reads them; argv shows only the fd.
+    """
+
+    def __init__(self, data: bytes | None = None):
+        import secrets
+
+        self._data = data if data is not None else secrets.token_urlsafe(32).encode()
+
+    def open_fd(self) -> int:
+        """A fresh read end holding the key (close it after the child started)."""
+        r, w = os.pipe()
+        try:
+            os.write(w, self._data)
+        finally:
+            os.close(w)
+        return r
+
+    @staticmethod
+    def object_arg(fd: int) -> str:
+        return f"secret,id={SECRET_ID},file=/dev/fd/{int(fd)}"
+
+
+@dataclass(frozen=True)
+class NetSpec:
+    """User-mode networking (slirp): the guest is 10.0.2.15, the host's loopback is 10.0.2.2.
+
+    hostfwd: (host port on 127.0.0.1, guest port) pairs, so the host or another guest can
+    reach a server in this guest. Nothing leaves the machine unless a guest dials out.
+    """
+
+    hostfwd: tuple[tuple[int, int], ...] = ()
+
+    def args(self) -> list[str]:
+        fwd = "".join(f",hostfwd=tcp:127.0.0.1:{int(h)}-:{int(g)}" for h, g in self.hostfwd)
+        return ["-netdev", f"user,id=net0,ipv6=off{fwd}",
+                "-device", _json({"driver": "virtio-net-pci", "netdev": "net0", "id": "nic0"})]
 
 
 @dataclass(frozen=True)
 class VmSpec:
-    disk: DiskSpec
-    image: Path
+    disk: DiskSpec | None  # None: a guest without a test disk (e.g. a network peer)
+    image: Path | None
     kernel: Path
     initramfs: Path
     memory_mb: int = 512
@@ -139,6 +195,8 @@ class VmSpec:
     tag: str = "iolab-vm"
     # Module groups the built-in init loads (guest_image.MODULE_GROUPS); () = all of them.
     module_groups: tuple[str, ...] = ()
+    net: NetSpec | None = None
+    secret: Secret | None = None  # the key of an encrypt=luks disk
 
 
 @dataclass(frozen=True)
@@ -183,7 +241,10 @@ def blockdev_json(disk: DiskSpec, image: Path) -> dict[str, Any]:
     cache = {"direct": disk.flags.direct, "no-flush": disk.flags.no_flush}
     file_node = {"driver": "file", "node-name": FILE_NODE, "filename": str(image),
                  "aio": disk.aio, "cache": cache}
-    return {"driver": disk.format, "node-name": FORMAT_NODE, "cache": cache, "file": file_node}
+    fmt: dict[str, Any] = {"driver": disk.format, "node-name": FORMAT_NODE, "cache": cache, "file": file_node}
+    if disk.encrypt == "luks":
+        fmt["encrypt"] = {"format": "luks", "key-secret": SECRET_ID}
+    return fmt
 
 
 def device_args(disk: DiskSpec) -> list[str]:
@@ -211,9 +272,16 @@ def device_args(disk: DiskSpec) -> list[str]:
     return args
 
 
-def build_command(spec: VmSpec, files: RunFiles, qemu: str = "qemu-system-x86_64") -> list[str]:
-    """The full argv. -name carries the tag `iolab clean` and the cleaner look for."""
-    spec.disk.validate()
+def build_command(spec: VmSpec, files: RunFiles, qemu: str = "qemu-system-x86_64",
+                  secret_fd: int | None = None) -> list[str]:
+    """The full argv. -name carries the tag `iolab clean` and the cleaner look for.
+
+    secret_fd: the inherited pipe holding the disk key (encrypt=luks), see Secret.
+    """
+    if spec.disk is not None:
+        spec.disk.validate()
+        if spec.disk.encrypt != "none" and secret_fd is None:
+            raise ValueError("an encrypted disk needs its key: secret_fd (Secret.open_fd())")
     if spec.memory_mb < 128 or spec.vcpus < 1:
         raise ValueError("a guest needs at least 128 MiB of memory and one vCPU")
     for p in (spec.kernel, spec.initramfs):
@@ -239,9 +307,18 @@ def build_command(spec: VmSpec, files: RunFiles, qemu: str = "qemu-system-x86_64
         "-device", _json({"driver": "virtio-serial-pci", "id": "vser0"}),
         "-device", _json({"driver": "virtserialport", "bus": "vser0.0", "chardev": "agent",
                           "name": AGENT_PORT}),
-        "-blockdev", _json(blockdev_json(spec.disk, spec.image)),
-        *device_args(spec.disk),
+        *_disk_args(spec, secret_fd),
+        *(spec.net.args() if spec.net else []),
     ]
+
+
+def _disk_args(spec: VmSpec, secret_fd: int | None) -> list[str]:
+    if spec.disk is None:
+        return []
+    if spec.image is None:
+        raise ValueError("a disk needs an image path")
+    secret = ["-object", Secret.object_arg(secret_fd)] if spec.disk.encrypt != "none" and secret_fd is not None else []
+    return [*secret, "-blockdev", _json(blockdev_json(spec.disk, spec.image)), *device_args(spec.disk)]
 
 
 # ---------------------------------------------------------------- images
@@ -260,11 +337,19 @@ def qemu_system() -> str:
     return exe
 
 
-def create_image(disk: DiskSpec, path: Path) -> None:
+def create_image(disk: DiskSpec, path: Path, secret: Secret | None = None) -> None:
     disk.validate()
-    argv = [qemu_img(), "create", "-q", "-f", disk.format, "-o", ",".join(disk.create_options()),
+    if disk.encrypt != "none" and secret is None:
+        raise ValueError("an encrypted image needs a Secret")
+    fd = secret.open_fd() if disk.encrypt != "none" and secret else None
+    obj = ["--object", Secret.object_arg(fd)] if fd is not None else []
+    argv = [qemu_img(), "create", "-q", *obj, "-f", disk.format, "-o", ",".join(disk.create_options()),
             str(path), str(disk.size)]
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, pass_fds=(fd,) if fd is not None else ())
+    finally:
+        if fd is not None:
+            os.close(fd)
     if proc.returncode != 0:
         raise VmError(f"qemu-img create failed: {proc.stderr.strip()}\ncommand: {argv}")
 
@@ -472,11 +557,16 @@ class QemuVM:
     def start(self, boot_timeout_s: float | None = None) -> None:
         """Launch and wait for the agent's hello; on any failure kill QEMU and raise VmError."""
         self.files.directory.mkdir(parents=True, exist_ok=True)
-        self.argv = build_command(self.spec, self.files, qemu_system())
-        t0 = self.started_at = time.monotonic()
-        with open(self.files.stderr, "wb") as err:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                         start_new_session=True)
+        fd = self.spec.secret.open_fd() if self.spec.secret is not None else None
+        try:
+            self.argv = build_command(self.spec, self.files, qemu_system(), secret_fd=fd)
+            t0 = self.started_at = time.monotonic()
+            with open(self.files.stderr, "wb") as err:
+                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                             start_new_session=True, pass_fds=(fd,) if fd is not None else ())
+        finally:
+            if fd is not None:
+                os.close(fd)
         self._res = self.ledger.add("process", str(self.proc.pid), tag=self.spec.tag, what="qemu",
                                     argv0=self.argv[0])
         timeout = boot_timeout_s or BOOT_TIMEOUT_S[self.spec.accel]
