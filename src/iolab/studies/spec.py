@@ -187,9 +187,10 @@ def _is_list_field(model: type[BaseModel], key: str) -> bool:
     f = model.model_fields.get(key)
     if f is None:
         return False
+    sequence = (list, tuple)
     origin = typing.get_origin(f.annotation)
-    return origin is list or (origin in (typing.Union, getattr(__import__("types"), "UnionType", None))
-                              and any(typing.get_origin(a) is list for a in typing.get_args(f.annotation)))
+    return origin in sequence or (origin in (typing.Union, getattr(__import__("types"), "UnionType", None))
+                                  and any(typing.get_origin(a) in sequence for a in typing.get_args(f.annotation)))
 
 
 def _check_metric(metric: str, configs: list[Config], problems: list[tuple[str, str]]) -> None:
