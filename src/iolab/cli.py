@@ -64,16 +64,33 @@ def _run_options(f: Any) -> Any:
 def _make_study_command(name: str) -> click.Command:
     @click.command(name, help=f"Run the built-in study {name}.")
     @click.option("--quick", is_flag=True, help="reduced matrix and durations, for a first look and CI")
+    @click.option("--print-spec", is_flag=True,
+                  help="print the study as a TOML spec (to copy, change and run with `iolab run`) and stop")
     @_run_options
-    def cmd(quick: bool, dry_run: bool, destroy: tuple[str, ...], output: Path | None, db: Path | None) -> None:
+    def cmd(quick: bool, print_spec: bool, dry_run: bool, destroy: tuple[str, ...], output: Path | None,
+            db: Path | None) -> None:
         from iolab.studies import builtin
         from iolab.studies.spec import from_dict
 
         mod = builtin.get(name)
+        if print_spec:
+            import tomli_w
+
+            click.echo(tomli_w.dumps(_without_none(mod.build(quick))), nl=False)
+            return
         spec = from_dict(mod.build(quick), f"builtin:{name}", {"quick": quick})
         _execute(spec, db, dry_run, destroy, output, None, getattr(mod, "before_group", None))
 
     return cmd
+
+
+def _without_none(value: Any) -> Any:
+    """TOML has no null: a key set to None means 'the default', so it is left out."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
 
 
 def _register_studies() -> None:
@@ -93,19 +110,18 @@ def run(spec: Path | None, resume: str | None, dry_run: bool, destroy: tuple[str
     from iolab.studies import builtin
     from iolab.studies.spec import from_dict, load_spec_file
 
-    hook = None
     if resume:
         store = _store(db)
         rec = store.resolve(resume)
         store.close()
         spec_obj = from_dict(rec.spec, rec.source, rec.options)
-        mod = builtin.analysis_module(spec_obj.settings.analysis)
-        hook = getattr(mod, "before_group", None)
         resume = rec.id
     elif spec is None:
         raise click.UsageError("give a SPEC file or --resume RUN")
     else:
         spec_obj = load_spec_file(spec)
+    # a spec analysed as a built-in study gets that study's hook too (e.g. a prefill or a sanity gate)
+    hook = getattr(builtin.analysis_module(spec_obj.settings.analysis), "before_group", None)
     _execute(spec_obj, db, dry_run, destroy, output, resume, hook)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, one_line, study_table
 
@@ -116,3 +117,22 @@ def test_dry_run_prints_plan_and_creates_nothing(lab: Lab) -> None:
     # each configuration with its timeout
     assert out.count("timeout") == 2
     _assert_created_nothing(lab)
+
+
+def test_every_builtin_study_prints_a_spec_that_runs_as_is(tmp_path: Path) -> None:
+    """`iolab study NAME --print-spec` is TOML that `iolab run` accepts and plans identically."""
+    import subprocess
+    import sys
+
+    from iolab.studies import builtin
+    from iolab.studies.spec import from_dict, load_spec_file
+
+    for name, mod in builtin.available().items():
+        out = subprocess.run([sys.executable, "-m", "iolab.cli", "study", name, "--quick", "--print-spec"],
+                             capture_output=True, text=True, check=True).stdout
+        path = tmp_path / f"{name}.toml"
+        path.write_text(out)
+        printed = load_spec_file(path)
+        direct = from_dict(mod.build(True), f"builtin:{name}")
+        assert [c.id for c in printed.configs] == [c.id for c in direct.configs], name
+        assert printed.settings == direct.settings

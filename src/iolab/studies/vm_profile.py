@@ -70,7 +70,7 @@ def build(quick: bool) -> dict[str, Any]:
         "study": {"name": NAME, "analysis": NAME, "repetitions": 3, "max_repetitions": 3 if quick else 6,
                   "ci_target": 0.05, "description": SUMMARY},
         "targets": [{"name": "host", "kind": "loop", "size": "256M" if quick else "5G", "filesystem": "ext4"}]
-        + [dict(guest, name=p, profile=p) for p in PROFILES],
+        + [{"name": p, "profile": p, **guest} for p in PROFILES],
         "workloads": [
             {"kind": "primes"},
             {"kind": "sysbench-cpu", "threads": [1, 0], "time": seconds},

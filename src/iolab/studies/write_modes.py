@@ -35,7 +35,7 @@ def build(quick: bool) -> dict[str, Any]:
 
 
 def _fio_check(name: str, bs: list[int], data: str, *, direct: bool) -> dict[str, Any]:
-    return {"name": name, "kind": "fio", "rw": "write", "bs": bs, "size": data, "runtime": None, "ramp_time": 0,
+    return {"name": name, "kind": "fio", "rw": "write", "bs": bs, "size": data, "runtime": 0, "ramp_time": 0,
             "ioengine": "psync", "direct": direct, "sync": not direct, "end_fsync": True}
 
 

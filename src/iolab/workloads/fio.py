@@ -35,7 +35,7 @@ class FioParams(WorkloadParams):
     fsync: int = Field(0, ge=0, description="fsync after every N writes")
     fdatasync: int = Field(0, ge=0, description="fdatasync after every N writes")
     end_fsync: bool | None = Field(None, description="default: on for writes, so buffered writes pay for their flush")
-    runtime: float | None = Field(10.0, description="seconds (time_based); None = run through size once")
+    runtime: float | None = Field(10.0, description="seconds (time_based); 0 or \"none\" = run through size once")
     ramp_time: float = Field(2.0, ge=0)
     rwmixread: int = Field(50, ge=0, le=100)
     prefill: bool = Field(True, description="write the file before a read test (sparse files read as zeros)")
@@ -46,10 +46,18 @@ class FioParams(WorkloadParams):
     def _size(cls, v: Any) -> int:
         return parse_size(v)
 
-    @field_validator("runtime", "ramp_time", mode="before")
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _runtime(cls, v: Any) -> Any:
+        """0, "none" or None: no time limit (TOML has no null, so a spec says 0 or "none")."""
+        if v is None or v == 0 or (isinstance(v, str) and v.strip().lower() in ("none", "0")):
+            return None
+        return parse_duration(v)
+
+    @field_validator("ramp_time", mode="before")
     @classmethod
     def _dur(cls, v: Any) -> Any:
-        return None if v is None else parse_duration(v)
+        return parse_duration(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> "FioParams":
