@@ -31,8 +31,22 @@ def checks() -> dict[str, Any]:
         _space_check(),
         _check("compiler", "ok" if shutil.which("cc") or shutil.which("gcc") else "missing",
                "cc builds iolab's native helpers" if shutil.which("cc") else "install gcc"),
+        *[_tool_check(tool, use) for tool, use in TOOLS.items()],
     ]
     return {"environment": env, "checks": items}
+
+
+# Programs some studies need besides fio and QEMU: name -> what needs it.
+TOOLS: dict[str, str] = {
+    "sysbench": "vm-profile (CPU) and the memory cross-check",
+    "iperf3": "vm-profile (network)", "strace": "sync-amplification's host syscall counts",
+    "db_bench": "cgroup-weights' database tenant", "chromium": "checking HTML reports in the tests",
+}
+
+
+def _tool_check(tool: str, use: str) -> dict[str, str]:
+    found = shutil.which(tool)
+    return _check(tool, "ok" if found else "missing", f"{found} ({use})" if found else f"install {tool}: {use}")
 
 
 def _accel_check() -> dict[str, str]:
