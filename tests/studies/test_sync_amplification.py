@@ -1,10 +1,14 @@
-"""`iolab study sync-amplification --quick` end to end: real guests under TCG/KVM, strace on QEMU, real counters."""
+"""`iolab study sync-amplification --quick` end to end: real guests under TCG/KVM, strace on QEMU, real counters,
+and its HTML report in a real browser."""
 
 from __future__ import annotations
 
 import subprocess
 
+from tests.report.browser import open_report_in_browser
 from tests.studies.conftest import Lab
+
+PATTERNS = ("append", "overwrite", "sequential")
 
 
 def _row(f: dict, fmt: str, pattern: str, fs: str) -> dict:
@@ -22,18 +26,50 @@ def test_sync_amplification_quick(lab: Lab) -> None:
                   "host_device_flushes", "factor_host_syncs", "factor_device_flushes"):
             assert r[k] is not None, (k, r)
         assert r["guest_fdatasync"] == 64
+        # sequential = dd oflag=dsync: no sync call at all, every O_DSYNC write is one data sync
+        assert r["guest_dsync_writes"] == (64 if r["pattern"] == "sequential" else 0), r
+        assert r["guest_sync_kind"] == ("O_DSYNC write" if r["pattern"] == "sequential" else "fdatasync")
+        # every guest data sync reached the guest block layer as (at least) one flush
+        assert r["guest_flushes"] >= r["guest_fdatasync"], r
         assert r["qemu_flush_ops"] >= r["guest_fdatasync"]
         assert not any(fl.startswith("prefill_in_trial") for fl in r["flags"]), r["flags"]
-    raw = _row(f, "raw", "append", "none")
-    assert 0.9 <= raw["factor_host_syncs"] <= 1.1, raw
-    assert 0.9 <= _row(f, "raw", "overwrite", "none")["factor_host_syncs"] <= 1.1
+    assert {(r["format"], r["pattern"], r["guest_fs"]) for r in f["amplification"]} == {
+        (fmt, p, fs) for fmt in ("raw", "qcow2") for p in PATTERNS for fs in ("none", "ext4")}
+    for pattern in PATTERNS:
+        raw = _row(f, "raw", pattern, "none")
+        assert 0.9 <= raw["factor_host_syncs"] <= 1.1, raw
     for fs in ("none", "ext4"):
         app, ovw = _row(f, "qcow2", "append", fs), _row(f, "qcow2", "overwrite", fs)
-        assert app["factor_host_syncs"] > _row(f, "raw", "append", fs)["factor_host_syncs"], (app, fs)
+        seq = _row(f, "qcow2", "sequential", fs)
+        for grow in (app, seq):  # a fresh region: every 64 KiB write allocates a cluster
+            assert grow["factor_host_syncs"] > _row(f, "raw", grow["pattern"], fs)["factor_host_syncs"], (grow, fs)
+            assert grow["causes"]["cluster_allocations"] >= 64, grow["causes"]
         assert ovw["factor_host_syncs"] < app["factor_host_syncs"], (ovw, app)
-        assert app["causes"]["cluster_allocations"] > 0 and ovw["causes"]["cluster_allocations"] == 0
+        assert ovw["causes"]["cluster_allocations"] == 0
     assert {r["tcg"] for r in f["throughput"]} == {f["accel"] == "tcg"}
-    assert f["recommendations"]
+    # the recommendation table carries what this run measured: raw vs qcow2 for each pattern and fs
+    recs = {r["configuration"]: r for r in f["recommendations"]}
+    raw_rec = recs["raw format (instead of qcow2)"]["measured"]
+    assert {(m["pattern"], m["guest_fs"]) for m in raw_rec} == {(p, fs) for p in PATTERNS for fs in ("none", "ext4")}
+    m = next(m for m in raw_rec if (m["pattern"], m["guest_fs"]) == ("append", "none"))
+    assert m["baseline_factor_host_syncs"] == _row(f, "qcow2", "append", "none")["factor_host_syncs"]
+    assert m["factor_host_syncs"] == _row(f, "raw", "append", "none")["factor_host_syncs"]
+    assert recs["cache=unsafe"]["measured"] == []  # not in the quick matrix: nothing claimed
+
+    # the HTML report renders offline in a real browser: one waterfall chart per pattern and guest fs
+    seen = open_report_in_browser(lab.report_path(result))
+    assert seen["ok"]
+    assert all(u.startswith(("file:", "data:")) for u in seen["requests"]), seen["requests"]
+    assert seen["svg_count"] == len(PATTERNS) * 2, seen["svgs"]
+    for svg in seen["svgs"]:
+        assert svg["width"] > 300 and svg["height"] > 150 and svg["plotted"] >= 10, svg  # 2 configs x 5 layers
+    body = seen["body_text"]
+    for heading in ("Layer diagram per configuration", "Counts per trial at every layer", "R3's claim",
+                    "What cuts amplification", "qcow2 metadata work per trial", "Write+sync pairs per second"):
+        assert heading in body, heading
+    q, r = _row(f, "qcow2", "append", "none"), _row(f, "raw", "append", "none")
+    assert f"{q['factor_host_syncs']:.2f} → {r['factor_host_syncs']:.2f}" in body  # measured, in the table
+    assert "not in this run" in body
     # nothing left behind: no QEMU of this lab, no loop device under its scratch
     procs = subprocess.run(["pgrep", "-fa", "iolab-"], capture_output=True, text=True).stdout
     assert lab.env["IOLAB_SCRATCH"] not in procs, procs

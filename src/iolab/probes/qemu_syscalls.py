@@ -3,7 +3,8 @@
 Two sources, both attached to the running QEMU without restarting it:
 
 * **strace -c** on every QEMU thread (-f; threads created later are followed too), for
-  fdatasync, fsync, pwrite64, pwritev, pwritev2 and io_uring_enter. SIGINT at stop makes
+  fdatasync, fsync, pwrite64, pwritev, pwritev2, io_submit (aio=native: Linux AIO writes,
+  no pwrite) and io_uring_enter. SIGINT at stop makes
   strace detach and write its summary table (-o file), which is parsed into counts.
   Only the image is written by QEMU during a trial (the guest's console/log are not
   fdatasync'ed), so these are the image's syscalls.
@@ -14,7 +15,9 @@ Two sources, both attached to the running QEMU without restarting it:
   and `luring_co_submit` by request type, because with aio=io_uring QEMU submits its
   flushes (IORING_OP_FSYNC) through the ring: a syscall trace sees only io_uring_enter.
 
-host_fdatasync = fdatasync + fsync syscalls + io_uring flush submissions.
+host_fdatasync_total = fdatasync + fsync syscalls + io_uring flush submissions;
+host_write_requests = pwrite* syscalls + io_submit calls + io_uring write submissions (probe_counts).
+The parsers are pure and tested on real captured output (tests/vm/test_sync_parsers.py).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from iolab.core.errors import TrialFailed
 from iolab.probes.base import Probe
 from iolab.targets.base import Placement
 
-SYSCALLS = ("fdatasync", "fsync", "pwrite64", "pwritev", "pwritev2", "io_uring_enter")
+SYSCALLS = ("fdatasync", "fsync", "pwrite64", "pwritev", "pwritev2", "io_submit", "io_uring_enter")
 TRACE_EVENTS = ("qcow2_l2_allocate", "qcow2_handle_alloc", "qcow2_cache_entry_flush", "qcow2_cache_flush",
                 "qcow2_writev_start_req", "luring_co_submit")
 QEMU_AIO_WRITE, QEMU_AIO_FLUSH = 0x0002, 0x0008  # block/raw-aio.h
@@ -81,6 +84,31 @@ def causes_from_events(ev: dict[str, int]) -> dict[str, int]:
         "l2_cache_flushes": ev.get("qcow2_cache_flush_l2", 0),
         "refcount_cache_flushes": ev.get("qcow2_cache_flush_refcount", 0),
     }
+
+
+def probe_counts(calls: dict[str, int], events: dict[str, int] | None) -> dict[str, Any]:
+    """The probe's result from strace's {syscall: calls} and the trace-event counts (None: no trace).
+
+    host_fdatasync_total = fdatasync + fsync syscalls + io_uring flush submissions (each is
+    one request to the host kernel to make the image durable); host_write_requests =
+    pwrite64/pwritev/pwritev2 syscalls + io_submit calls (aio=native; each carries one or
+    more writes or reads) + io_uring write submissions.
+    """
+    out: dict[str, Any] = {f"host_{s}": calls.get(s, 0) for s in SYSCALLS}
+    out["host_pwrite"] = sum(calls.get(s, 0) for s in ("pwrite64", "pwritev", "pwritev2"))
+    if events is not None:
+        out["trace_events"] = dict(events)
+        out["io_uring_flushes"] = events.get("luring_flush", 0)
+        out["io_uring_writes"] = events.get("luring_write", 0)
+        out["causes"] = causes_from_events(events)
+        out["io_uring_counted"] = True
+    else:
+        out["io_uring_flushes"] = 0
+        out["io_uring_writes"] = 0
+        out["io_uring_counted"] = False
+    out["host_fdatasync_total"] = out["host_fdatasync"] + out["host_fsync"] + out["io_uring_flushes"]
+    out["host_write_requests"] = out["host_pwrite"] + out["host_io_submit"] + out["io_uring_writes"]
+    return out
 
 
 class QemuSyscalls(Probe):
@@ -194,21 +222,13 @@ class QemuSyscalls(Probe):
             p.unlink()
         self.tmp.rmdir()
         calls = parse_strace_summary(text)
-        out: dict[str, Any] = {f"host_{s}": calls.get(s, 0) for s in SYSCALLS}
-        out["host_pwrite"] = sum(calls.get(s, 0) for s in ("pwrite64", "pwritev", "pwritev2"))
+        if not text.strip():
+            self.notes.append("strace wrote an empty summary: QEMU made none of the traced syscalls")
+        out = probe_counts(calls, events)
         out["qemu_pid"] = self.pid
-        if events is not None:
-            out["trace_events"] = events
-            out["io_uring_flushes"] = events.get("luring_flush", 0)
-            out["io_uring_writes"] = events.get("luring_write", 0)
-            out["causes"] = causes_from_events(events)
-            out["io_uring_counted"] = True
-        else:
-            out["io_uring_flushes"] = 0
-            out["io_uring_counted"] = False
+        if events is None:
             self.notes.append("io_uring flushes NOT counted (no QEMU trace events): with aio=io_uring "
                               "host_fdatasync misses flushes submitted through the ring")
-        out["host_fdatasync_total"] = out["host_fdatasync"] + out["host_fsync"] + out["io_uring_flushes"]
         if self.notes:
             out["notes"] = self.notes
         return out

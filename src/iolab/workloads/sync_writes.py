@@ -1,8 +1,18 @@
-"""Mobibench-style sync writes with a known number of syncs: `append` and `overwrite` (R3).
+"""Sync writes with a known number of syncs (R3): Mobibench-style `append` and `overwrite`,
+and a dd-style `sequential` variant.
 
-Every write is `bs` bytes (64 KiB) followed by fdatasync(); fio does the I/O (buffered,
-psync, fdatasync=1, end_fsync=1), so one trial makes `count` writes and `count` data
-syncs: count-1 fdatasync() calls counted by fio (sync.lat_ns.N) plus the final fsync().
+append / overwrite: every write is `bs` bytes (64 KiB) followed by fdatasync(); fio does
+the I/O (buffered, psync, fdatasync=1, end_fsync=1), so one trial makes `count` writes and
+`count` data syncs: count-1 fdatasync() calls counted by fio (sync.lat_ns.N) plus the
+final fsync().
+
+sequential: what `dd if=/dev/zero of=TARGET bs=64k count=N oflag=dsync` does. The file or
+device is opened with O_DSYNC (fio sync=dsync) and written sequentially with plain
+buffered pwrite(); no fdatasync()/fsync() call is made at all. Each O_DSYNC write returns
+only once its data is durable: the kernel runs the same data sync as fdatasync() on that
+range before returning (generic_write_sync), so **each write is its own sync** and the
+trial's data syncs = `count` writes (fio's sync.lat_ns.N must stay 0). Layout as append:
+a region / new file never written before.
 
 Why not plain kind "fio": the two patterns need a layout that survives repetitions on a
 shared target, and fio's options cannot express "a region nobody wrote before":
@@ -10,13 +20,16 @@ shared target, and fio's options cannot express "a region nobody wrote before":
 * append: a region (raw device) or a new file (guest ext4) never written before, so a
   fresh qcow2 image must allocate clusters (and L2 tables, refcounts) for it. Each trial
   takes the next unused slot; a counter in the guest's /tmp remembers the slots used.
+* sequential: the append layout (its own slots from the same counter; a new file
+  `iolab-sync-sequential-<slot>.dat` on ext4), written in order with O_DSYNC.
 * overwrite: one fixed region / file written once before the trials (prepare_overwrite,
   called by the study's before_group hook, i.e. before any probe starts), then rewritten
   in random order by every trial: already allocated, so no metadata updates are needed.
   If the region was not prepared, the trial prepares it itself and is flagged
   `prefill_in_trial`, because its probe counts then include the prefill.
 
-Layout on the raw device: [0, count*bs) is the overwrite region, append slots follow it.
+Layout on the raw device: [0, count*bs) is the overwrite region, append / sequential slots
+follow it.
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ OVERWRITE_FILE = "iolab-sync-overwrite.dat"
 
 class SyncWritesParams(WorkloadParams):
     kind: Literal["sync-writes"] = "sync-writes"
-    pattern: Literal["append", "overwrite"] = "append"
+    pattern: Literal["append", "overwrite", "sequential"] = "append"
     bs: int = Field(64 << 10, description="bytes per write, bytes or '64k'")
     count: int = Field(128, ge=2, le=100_000, description="writes (= data syncs) per trial")
 
@@ -98,18 +111,23 @@ class SyncWritesWorkload(Workload):
     params: SyncWritesParams
 
     def estimate_seconds(self) -> float:
-        return 5 + self.params.count * 0.1
+        # measured under TCG with strace attached: 35-250 write+sync pairs/s, so 20/s is pessimistic;
+        # the trial timeout (3x this + 60 s) stays generous
+        return 5 + self.params.count * 0.05
 
     def _job(self, placement: Placement) -> tuple[str, dict[str, Any]]:
         p = self.params
         glob: dict[str, Any] = {"size": p.region, "bs": p.bs, "ioengine": "psync", "direct": False,
                                 "fdatasync": 1, "end_fsync": True, "randrepeat": False, "fallocate": "none",
                                 "iodepth": 1, "numjobs": 1, "group_reporting": True}
+        if p.pattern == "sequential":
+            # dd oflag=dsync: O_DSYNC open, every write durable on return, no sync calls at all
+            glob.update(fdatasync=None, end_fsync=False, sync="dsync")
         where: dict[str, Any] = {"pattern": p.pattern}
         if p.pattern == "overwrite":
             glob.update(filename=overwrite_filename(placement), offset=0, rw="randwrite")
             where["filename"] = glob["filename"]
-        else:
+        else:  # append, sequential: a region / file never written before
             slot = next_append_slot(placement)
             glob["rw"] = "write"
             if placement.is_block_device and placement.path:
@@ -117,7 +135,7 @@ class SyncWritesWorkload(Workload):
                 glob.update(filename=placement.path, offset=offset)
                 where.update(filename=placement.path, offset=offset, slot=slot)
             elif placement.directory:
-                glob["filename"] = f"{placement.directory.rstrip('/')}/iolab-sync-append-{slot}.dat"
+                glob["filename"] = f"{placement.directory.rstrip('/')}/iolab-sync-{p.pattern}-{slot}.dat"
                 where.update(filename=glob["filename"], slot=slot)
             else:
                 raise TrialFailed("the target offers neither a block device nor a directory")
@@ -137,11 +155,19 @@ class SyncWritesWorkload(Workload):
         writes = int(sum(float((j.get("write") or {}).get("total_ios", 0)) for j in jobs))
         if writes != p.count:
             raise TrialFailed(f"sync-writes: fio made {writes} writes, expected {p.count}")
-        # fio counts its fdatasync() calls (sync.lat_ns.N; total_ios stays 0 in fio 3.33); the last
-        # write is made durable by end_fsync's fsync(), so data syncs = N + 1 = one per write.
-        metrics.update({"guest_writes": float(writes), "guest_fdatasync_calls": float(fdatasyncs),
-                        "guest_end_fsync": 1.0, "guest_syncs": float(fdatasyncs + 1)})
-        if fdatasyncs + 1 != writes:
-            flags.append(f"sync_count_mismatch: {fdatasyncs} fdatasync + 1 fsync for {writes} writes")
+        if p.pattern == "sequential":
+            # O_DSYNC: no sync calls; each write is its own data sync (docs/studies/sync-amplification.md)
+            metrics.update({"guest_writes": float(writes), "guest_fdatasync_calls": float(fdatasyncs),
+                            "guest_end_fsync": 0.0, "guest_dsync_writes": float(writes),
+                            "guest_syncs": float(writes + fdatasyncs)})
+            if fdatasyncs:
+                flags.append(f"sync_count_mismatch: {fdatasyncs} fdatasync calls in an O_DSYNC run")
+        else:
+            # fio counts its fdatasync() calls (sync.lat_ns.N; total_ios stays 0 in fio 3.33); the last
+            # write is made durable by end_fsync's fsync(), so data syncs = N + 1 = one per write.
+            metrics.update({"guest_writes": float(writes), "guest_fdatasync_calls": float(fdatasyncs),
+                            "guest_end_fsync": 1.0, "guest_dsync_writes": 0.0, "guest_syncs": float(fdatasyncs + 1)})
+            if fdatasyncs + 1 != writes:
+                flags.append(f"sync_count_mismatch: {fdatasyncs} fdatasync + 1 fsync for {writes} writes")
         return WorkloadResult(metrics=metrics, raw={"fio": data, "layout": where}, job_text=job, flags=flags,
                               cpu_busy=res.cpu_busy)
