@@ -341,17 +341,31 @@ def create_image(disk: DiskSpec, path: Path, secret: Secret | None = None) -> No
     disk.validate()
     if disk.encrypt != "none" and secret is None:
         raise ValueError("an encrypted image needs a Secret")
-    fd = secret.open_fd() if disk.encrypt != "none" and secret else None
+    for _ in range(LUKS_CREATE_ATTEMPTS):
+        proc = _qemu_img_create(disk, path, secret if disk.encrypt != "none" else None)
+        if proc.returncode == 0:
+            return
+        # LUKS creation times PBKDF2 with the thread's CPU clock; on a busy host that
+        # measurement can read zero and qemu-img gives up. It is only a benchmark: retry.
+        if "Unable to get accurate CPU usage" not in proc.stderr:
+            break
+        path.unlink(missing_ok=True)
+    raise VmError(f"qemu-img create failed: {proc.stderr.strip()}\ncommand: {proc.args}")
+
+
+LUKS_CREATE_ATTEMPTS = 5
+
+
+def _qemu_img_create(disk: DiskSpec, path: Path, secret: Secret | None) -> subprocess.CompletedProcess[str]:
+    fd = secret.open_fd() if secret else None
     obj = ["--object", Secret.object_arg(fd)] if fd is not None else []
     argv = [qemu_img(), "create", "-q", *obj, "-f", disk.format, "-o", ",".join(disk.create_options()),
             str(path), str(disk.size)]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, pass_fds=(fd,) if fd is not None else ())
+        return subprocess.run(argv, capture_output=True, text=True, pass_fds=(fd,) if fd is not None else ())
     finally:
         if fd is not None:
             os.close(fd)
-    if proc.returncode != 0:
-        raise VmError(f"qemu-img create failed: {proc.stderr.strip()}\ncommand: {argv}")
 
 
 def image_info(path: Path) -> dict[str, Any]:
