@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.report.browser import open_report_in_browser
 from tests.studies.conftest import Lab
 
@@ -32,6 +34,9 @@ def test_sync_amplification_quick(lab: Lab) -> None:
         # every guest data sync reached the guest block layer as (at least) one flush
         assert r["guest_flushes"] >= r["guest_fdatasync"], r
         assert r["qemu_flush_ops"] >= r["guest_fdatasync"]
+        # the guest's block tracepoint agrees with its disk stats on flushes; virtio-blk has no FUA
+        assert r["guest_trace_flushes"] == pytest.approx(r["guest_flushes"], abs=2), r
+        assert r["guest_fua_writes"] == 0 and r["guest_write_requests"] >= r["guest_writes"], r
         assert not any(fl.startswith("prefill_in_trial") for fl in r["flags"]), r["flags"]
     assert {(r["format"], r["pattern"], r["guest_fs"]) for r in f["amplification"]} == {
         (fmt, p, fs) for fmt in ("raw", "qcow2") for p in PATTERNS for fs in ("none", "ext4")}

@@ -13,6 +13,7 @@ PROBES = [
     "iolab.probes.qmp_blockstats:QmpBlockStats",
     "iolab.probes.guest_diskstats:GuestDiskStats",
     "iolab.probes.qemu_syscalls:QemuSyscalls",
+    "iolab.probes.guest_blocktrace:GuestBlockTrace",
 ]
 
 

@@ -112,7 +112,7 @@ def build(quick: bool) -> dict[str, Any]:
             targets.append(dict(base, **extra, name=f"{name}/{fs}", guest_fs=fs))
     return {
         "study": {"name": NAME, "analysis": NAME, "repetitions": 3, "max_repetitions": 3 if quick else 5,
-                  "ci_target": 0.1, "description": SUMMARY, "probes": ["qemu_syscalls"]},
+                  "ci_target": 0.1, "description": SUMMARY, "probes": ["qemu_syscalls", "guest_blocktrace"]},
         "targets": targets,
         "workload": {"kind": "sync-writes", "pattern": list(PATTERNS_QUICK if quick else PATTERNS), "bs": "64k",
                      "count": count},
@@ -160,12 +160,16 @@ def trial_counts(t: dict[str, Any]) -> dict[str, float]:
     m, pr = t["metrics"], t.get("probes") or {}
     g, q, s, h = pr.get("guest_disk") or {}, pr.get("qmp_blockstats") or {}, pr.get("qemu_syscalls") or {}, \
         pr.get("host_disk") or {}
+    b = pr.get("guest_blocktrace") or {}
     return {
         "guest_fdatasync": m.get("guest_syncs"),
         "guest_dsync_writes": m.get("guest_dsync_writes"),
         "guest_writes": m.get("guest_writes"),
         "guest_flushes": g.get("flushes"),
         "guest_block_writes": g.get("writes"),
+        "guest_write_requests": b.get("writes"),
+        "guest_fua_writes": b.get("fua_writes"),
+        "guest_trace_flushes": b.get("flushes"),
         "qemu_flush_ops": q.get("flush_operations"),
         "qemu_write_ops": q.get("wr_operations"),
         "host_fdatasync": s.get("host_fdatasync_total"),
@@ -371,11 +375,12 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
                              "(fdatasync/fsync syscalls + io_uring flushes), and flushes at the host device under "
                              "the image.")])
     cols = ["configuration", "pattern", "guest fs", "guest data syncs", "guest flushes", "guest blk writes",
-            "QEMU flush ops", "QEMU writes", "host fdatasync", "host fsync", "host io_uring flushes",
+            "guest write requests", "guest FUA writes", "QEMU flush ops", "QEMU writes", "host fdatasync", "host fsync", "host io_uring flushes",
             "host syncs (total)", "host pwrite*", "host io_submit", "host io_uring writes", "host device writes",
             "host device flushes", "host syncs / guest sync", "device flushes / guest sync"]
     rows = [[_variant(r), r["pattern"], r["guest_fs"], _n(r["guest_fdatasync"]), _n(r["guest_flushes"]),
-             _n(r["guest_block_writes"]), _n(r["qemu_flush_ops"]), _n(r["qemu_write_ops"]),
+             _n(r["guest_block_writes"]), _n(r.get("guest_write_requests")), _n(r.get("guest_fua_writes")),
+             _n(r["qemu_flush_ops"]), _n(r["qemu_write_ops"]),
              _n(r["host_fdatasync_syscalls"]), _n(r["host_fsync_syscalls"]), _n(r["host_io_uring_flushes"]),
              _n(r["host_fdatasync"]), _n(r["host_pwrite"]), _n(r.get("host_io_submit")),
              _n(r.get("host_io_uring_writes")),
