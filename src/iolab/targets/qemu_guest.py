@@ -21,6 +21,7 @@ from pydantic import Field, field_validator, model_validator
 from iolab.core.errors import CapabilityMissing, IolabError
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.resources import Ledger, Resource
+from iolab.core.net import free_port
 from iolab.core.units import format_size, parse_size
 from iolab.native.build import GUEST_DIR
 from iolab.targets.base import Placement, Target, TargetParams
@@ -318,15 +319,6 @@ class QemuGuestTarget(Target):
             self.loop = None
         if errors:
             raise IolabError("teardown of the QEMU target was incomplete: " + "; ".join(errors))
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on now (the kernel picks it)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sk:
-        sk.bind(("127.0.0.1", 0))
-        return int(sk.getsockname()[1])
 
 
 def configure_network(executor: GuestExecutor) -> None:

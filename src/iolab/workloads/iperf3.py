@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from iolab.core.errors import TrialFailed
+from iolab.core.net import free_port
 from iolab.core.exec import ExecRequest, Executor, ExecResult, HostExecutor, Running
 from iolab.core.units import parse_duration
 from iolab.targets.base import Placement
@@ -89,8 +90,6 @@ class Iperf3Workload(Workload):
 
     def _measure(self, plan: dict[str, Any], own: Executor, host: HostExecutor, timeout_s: float) -> WorkloadResult:
         """Server first (host, or the peer guest), then the client where the placement runs."""
-        from iolab.targets.qemu_guest import free_port
-
         p = self.params
         deadline = time.monotonic() + timeout_s
         if plan["server"] == "peer":
