@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from iolab.core.errors import TrialFailed
-from iolab.core.net import free_port
 from iolab.core.exec import ExecRequest, Executor, ExecResult, HostExecutor, Running
+from iolab.core.net import free_port
 from iolab.core.units import parse_duration
 from iolab.targets.base import Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
