@@ -1,62 +1,117 @@
-"""Analysis for any study: per configuration, every metric's mean with its 95% CI."""
+"""Analysis for any study: per configuration, every metric's mean with its 95% interval,
+its unit and direction from the workload's declarations, and its failed attempts."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from iolab.analysis.stats import mean_ci
+from iolab.analysis import flags
+from iolab.analysis.repetitions import failed_text
+from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.trials import (
+    by_config,
+    labels_of,
+    main_metric_of,
+    settings_of,
+    workload_of,
+)
+from iolab.core import metrics
 from iolab.report.model import Chart, Note, Section, Series, Table
 
+__all__ = ["analyze", "present", "by_config", "labels_of"]
+
+# Shown in the table after each configuration's main metric, when measured.
 HEADLINE_METRICS = ("iops", "bw_mib_s", "throughput_mib_s", "read_clat_p99_us", "write_clat_p99_us")
-
-
-def labels_of(trial: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in trial["params"].items() if not k.startswith("_")}
-
-
-def by_config(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for t in doc["trials"]:
-        groups[t["id"].rsplit("-r", 1)[0]].append(t)
-    return groups
+MAX_COLUMNS = 5
 
 
 def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+    est = RunEstimator(doc)
+    settings = settings_of(doc)
     configs = []
     for cid, trials in by_config(doc).items():
         ok = [t for t in trials if t["status"] == "ok"]
+        workload = workload_of(trials[0])
+        declared = metrics.for_workload(workload)
         names = sorted({m for t in ok for m in t["metrics"]})
+        values = {m: [t["metrics"].get(m) for t in ok] for m in names}
+        failed = len(trials) - len(ok)
+        out: dict[str, Any] = {}
+        for m in names:
+            decl = declared.get(m)
+            e = est.of(decl.aggregate if decl else "mean", values[m]).as_dict(decl.unit if decl else None)
+            e["direction"] = decl.direction if decl else "neither"
+            out[m] = e
         configs.append({
-            "config_id": cid, "labels": labels_of(trials[0]), "n_ok": len(ok), "n_failed": len(trials) - len(ok),
-            "metrics": {m: mean_ci([t["metrics"][m] for t in ok if m in t["metrics"]]).as_dict() for m in names},
-            "flags": sorted({f.split(":")[0] for t in ok for f in t.get("flags", [])}),
+            "config_id": cid, "labels": labels_of(trials[0]), "n_ok": len(ok), "n_failed": failed,
+            "attempts": len(trials), "failed_of": failed_text(failed, len(trials)),
+            "main_metric": main_metric_of(workload, settings),
+            "metrics": out, "undeclared": declared.undeclared(names),
+            "flags": sorted({flags.name_of(f) for t in ok for f in t.get("flags", [])}),
+            "flag_details": flags.details(ok),
             "errors": sorted({t["error"] for t in trials if t["error"]}),
         })
-    return {"configs": configs}
+    return {"configs": configs, "interval_method": est.design.method}
+
+
+def _shown(configs: list[dict[str, Any]]) -> list[str]:
+    order: list[str] = []
+    for m in [c["main_metric"] for c in configs] + list(HEADLINE_METRICS):
+        if m and m not in order and any(m in c["metrics"] for c in configs):
+            order.append(m)
+    return order[:MAX_COLUMNS]
+
+
+def _header(m: str, configs: list[dict[str, Any]]) -> str:
+    unit = next((c["metrics"][m].get("unit") for c in configs if m in c["metrics"]), None)
+    return f"{m} ({unit})" if unit else m
 
 
 def present(doc: dict[str, Any], findings: dict[str, Any]) -> tuple[list[str], list[Section]]:
     configs = findings["configs"]
     label_keys = sorted({k for c in configs for k in c["labels"]})
-    shown = [m for m in HEADLINE_METRICS if any(m in c["metrics"] for c in configs)]
+    shown = _shown(configs)
     rows, notes = [], []
     for c in configs:
         row: list[Any] = [c["labels"].get(k) for k in label_keys]
         row += [c["metrics"].get(m) or "–" for m in shown]
-        row += [f"{c['n_ok']}/{c['n_ok'] + c['n_failed']}", ", ".join(c["flags"])]
+        row += [c["n_ok"], c["failed_of"], ", ".join(c["flags"])]
         rows.append(row)
         for e in c["errors"]:
             notes.append(Note(f"{c['config_id']}: {e}", "warn"))
-    table = Table("Per configuration (mean ± 95% CI half-width)", label_keys + shown + ["ok/trials", "flags"], rows,
+        label = ", ".join(f"{k}={v}" for k, v in c["labels"].items()) or c["config_id"]
+        for d in c.get("flag_details") or []:
+            notes.append(Note(f"{label}: {flags.sentence(d)}", "warn"))
+        zeros = {m: e["zeros"] for m, e in c["metrics"].items() if e.get("zeros")}
+        for m, k in zeros.items():
+            notes.append(Note(f"{c['config_id']}: {k} trial(s) with {m} = 0 (stalled): the harmonic mean is 0", "warn"))
+        if c["undeclared"]:
+            notes.append(Note(f"{c['config_id']}: metrics without a declaration (no unit or direction): "
+                              + ", ".join(c["undeclared"]), "warn"))
+    title = f"Per configuration (mean ± 95% interval, {findings.get('interval_method', 't')})"
+    table = Table(title, label_keys + [_header(m, configs) for m in shown] + ["n ok", "failed", "flags"], rows,
                   notes=notes)
     blocks: list[Any] = [table]
     if shown:
         m = shown[0]
-        blocks.append(Chart(f"{m} per configuration", "bar", "configuration", m, [Series(
-            m, [", ".join(f"{k}={v}" for k, v in c["labels"].items()) or c["config_id"] for c in configs],
-            [c["metrics"].get(m, {}).get("mean") for c in configs],
-            [c["metrics"].get(m, {}).get("ci95", [None, None])[0] for c in configs],
-            [c["metrics"].get(m, {}).get("ci95", [None, None])[1] for c in configs])]))
-    summary = [f"{len(configs)} configuration(s), {sum(c['n_ok'] for c in configs)} successful trial(s)"]
+        decl = _declaration(doc, m)
+        blocks.append(Chart(f"{m} per configuration", "bar", "configuration",
+                            decl.axis_label() if decl else m, [Series(
+                                m, [", ".join(f"{k}={v}" for k, v in c["labels"].items()) or c["config_id"]
+                                    for c in configs],
+                                [c["metrics"].get(m, {}).get("mean") for c in configs],
+                                [c["metrics"].get(m, {}).get("ci95", [None, None])[0] for c in configs],
+                                [c["metrics"].get(m, {}).get("ci95", [None, None])[1] for c in configs])]))
+    failed = sum(c["n_failed"] for c in configs)
+    summary = [f"{len(configs)} configuration(s), {sum(c['n_ok'] for c in configs)} successful trial(s)"
+               + (f", {failed} failed attempt(s)" if failed else "")]
     return summary, [Section("Results", blocks)]
+
+
+def _declaration(doc: dict[str, Any], name: str) -> metrics.Metric | None:
+    for t in doc["trials"]:
+        decl = metrics.for_workload(workload_of(t)).get(name)
+        if decl is not None:
+            return decl
+    return None
+

@@ -1,7 +1,11 @@
 """Statistics over repetitions. Pure functions on lists of numbers; no I/O.
 
-Conventions: 95% two-sided intervals from Student's t (few repetitions are the norm);
-ratios by the delta method with Welch–Satterthwaite degrees of freedom.
+Conventions: 95% two-sided intervals from Student's t for a fixed number of repetitions
+(few repetitions are the norm); ratios by the delta method with Welch–Satterthwaite
+degrees of freedom. Intervals over repetitions that adaptive stopping decided are in
+analysis/sequential.py. Every Estimate names the method that produced it
+(docs/statistics.md). Nothing is dropped silently: non-finite values are counted in
+`dropped`, zero rates in `zeros`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 from scipy import stats as sps
 
 
@@ -21,6 +26,9 @@ class Estimate:
     hi: float
     n: int
     sd: float
+    method: str = "t"
+    zeros: int = 0  # values <= 0 among rates (harmonic: they make the mean 0)
+    dropped: int = 0  # None / NaN / infinite values left out of the statistic (counted, never silent)
 
     @property
     def half_width(self) -> float:
@@ -31,9 +39,14 @@ class Estimate:
         return self.half_width / abs(self.mean) if self.mean else math.inf
 
     def as_dict(self, unit: str | None = None) -> dict:
-        d: dict = {"mean": _clean(self.mean), "ci95": [_clean(self.lo), _clean(self.hi)], "n": self.n}
+        d: dict = {"mean": _clean(self.mean), "ci95": [_clean(self.lo), _clean(self.hi)], "n": self.n,
+                   "method": self.method}
         if unit:
             d["unit"] = unit
+        if self.zeros:
+            d["zeros"] = self.zeros
+        if self.dropped:
+            d["dropped"] = self.dropped
         return d
 
 
@@ -41,46 +54,69 @@ def _clean(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+def finite(values: Sequence[float | None]) -> tuple[np.ndarray, int]:
+    """(the finite values as an array, how many were None/NaN/infinite)."""
+    kept = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return np.asarray(kept, dtype=float), len(values) - len(kept)
+
+
 def mean_ci(values: Sequence[float], conf: float = 0.95) -> Estimate:
-    """Mean with a t-interval. One value gives an infinite interval: never a claim from n=1."""
-    a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    """Mean with a Student-t interval for a fixed number of values (method "t").
+    One value gives an infinite interval: never a claim from n=1."""
+    a, dropped = finite(values)
     n = len(a)
     if n == 0:
-        return Estimate(math.nan, math.nan, math.nan, 0, math.nan)
+        return Estimate(math.nan, math.nan, math.nan, 0, math.nan, dropped=dropped)
     m = float(a.mean())
     if n == 1:
-        return Estimate(m, -math.inf, math.inf, 1, math.nan)
+        return Estimate(m, -math.inf, math.inf, 1, math.nan, dropped=dropped)
     sd = float(a.std(ddof=1))
     h = float(sps.t.ppf(0.5 + conf / 2, n - 1)) * sd / math.sqrt(n)
-    return Estimate(m, m - h, m + h, n, sd)
+    return Estimate(m, m - h, m + h, n, sd, dropped=dropped)
 
 
 def harmonic_mean_ci(values: Sequence[float], conf: float = 0.95) -> Estimate:
-    """For rates over a fixed amount of work: the mean of 1/x, inverted (bounds swap)."""
-    vals = [v for v in values if v and math.isfinite(v) and v > 0]
-    inv = mean_ci([1.0 / v for v in vals], conf)
+    """For rates over a fixed amount of work: the mean of 1/x, inverted (bounds swap).
+
+    A rate of 0 (a stalled trial: the work never finished) enters the statistic: the
+    harmonic mean of a set with a 0 is 0, its interval [0, unbounded), and `zeros` counts it."""
+    a, dropped = finite(values)
+    zeros = int((a <= 0).sum())
+    if zeros:
+        return Estimate(0.0, 0.0, math.inf, len(a), _sd(a), "harmonic-t", zeros, dropped)
+    inv = mean_ci([1.0 / v for v in a], conf)
     if inv.n == 0:
-        return inv
+        return Estimate(math.nan, math.nan, math.nan, 0, math.nan, "harmonic-t", dropped=dropped)
     m = 1.0 / inv.mean
     lo = 1.0 / inv.hi if inv.hi > 0 and math.isfinite(inv.hi) else 0.0
     hi = 1.0 / inv.lo if inv.lo > 0 else math.inf
-    return Estimate(m, lo, hi, inv.n, float(np.std(vals, ddof=1)) if len(vals) > 1 else math.nan)
+    return Estimate(m, lo, hi, inv.n, _sd(a), "harmonic-t", dropped=dropped)
 
 
-def ratio_ci(num: Sequence[float], den: Sequence[float], conf: float = 0.95) -> Estimate:
-    """Ratio of means mean(num)/mean(den) with a delta-method interval."""
+def _sd(a: np.ndarray) -> float:
+    return float(a.std(ddof=1)) if len(a) > 1 else math.nan
+
+
+def ratio_ci(num: Sequence[float], den: Sequence[float], conf: float = 0.95, tail: float | None = None,
+             method: str = "log-delta-welch") -> Estimate:
+    """Ratio of means mean(num)/mean(den), interval on the log scale: log r ± q·se with
+    se² = var(num)/(n·mean²) + var(den)/(m·mean²) (the delta method) and Welch–Satterthwaite
+    degrees of freedom. On the log scale a ratio's interval is never negative and is as
+    asymmetric as the ratio itself. `tail`: the two-sided tail probability of q (default
+    1 − conf); a run's estimator passes the per-look α' of its stopping design."""
     a, b = mean_ci(num), mean_ci(den)
-    if a.n == 0 or b.n == 0 or b.mean == 0:
-        return Estimate(math.nan, math.nan, math.nan, 0, math.nan)
+    dropped = a.dropped + b.dropped
+    if a.n == 0 or b.n == 0 or b.mean <= 0 or a.mean < 0:
+        return Estimate(math.nan, math.nan, math.nan, 0, math.nan, method, dropped=dropped)
     r = a.mean / b.mean
-    if a.n < 2 or b.n < 2:
-        return Estimate(r, -math.inf, math.inf, min(a.n, b.n), math.nan)
+    if a.n < 2 or b.n < 2 or r == 0:
+        return Estimate(r, -math.inf, math.inf, min(a.n, b.n), math.nan, method, dropped=dropped)  # no interval
     va, vb = a.sd**2 / a.n, b.sd**2 / b.n
-    rel_var = va / a.mean**2 + vb / b.mean**2 if a.mean else math.inf
-    se = abs(r) * math.sqrt(rel_var)
+    rel_se = math.sqrt(va / a.mean**2 + vb / b.mean**2)
     df = _welch_df(va, a.n, vb, b.n)
-    h = float(sps.t.ppf(0.5 + conf / 2, df)) * se
-    return Estimate(r, r - h, r + h, min(a.n, b.n), se)
+    q = float(special.stdtrit(df, 1 - (tail if tail is not None else 1 - conf) / 2))
+    return Estimate(r, r * math.exp(-q * rel_se), r * math.exp(q * rel_se), min(a.n, b.n), r * rel_se, method,
+                    dropped=dropped)
 
 
 def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
@@ -95,22 +131,69 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     return float(sps.ttest_ind(a, b, equal_var=False).pvalue)
 
 
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment: adjusted p-values that control the family-wise error rate
+    over all of them (any dependence between the tests). NaN stays NaN and is not counted."""
+    idx = [i for i, p in enumerate(pvalues) if p is not None and math.isfinite(p)]
+    m = len(idx)
+    out = [math.nan] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda k: pvalues[k])):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+@dataclass(frozen=True)
+class LogRatio:
+    """Welch's t-test on log values, B against A (positive numbers). Logs suit ratios: a change
+    of x % is the same shift at any level."""
+
+    ratio: float  # ratio of geometric means, B / A
+    lo: float
+    hi: float
+    p: float  # two-sided p-value of "no change"
+    diff: float  # mean(log B) - mean(log A)
+    se: float
+    df: float
+
+    def p_beyond(self, threshold: float) -> float:
+        """p-value of the null "the change is within ±threshold" (|log ratio| <= log(1 + threshold)):
+        small only when the data show a change larger than the threshold. Valid for every
+        change inside the band (the boundary is the worst case)."""
+        delta = math.log1p(threshold)
+        d = abs(self.diff)
+        if self.se == 0.0:
+            return 0.0 if d > delta else 1.0
+        return float(min(1.0, _t_sf((d - delta) / self.se, self.df) + _t_sf((d + delta) / self.se, self.df)))
+
+
+def welch_log(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, conf: float = 0.95) -> LogRatio:
+    """B / A as a ratio of geometric means with its interval and p-value (Welch on logs)."""
+    la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
+    na, nb = len(la), len(lb)
+    diff = float(lb.mean() - la.mean())
+    va, vb = float(la.var(ddof=1)) / na, float(lb.var(ddof=1)) / nb
+    se = math.sqrt(va + vb)
+    r = math.exp(diff)
+    if se == 0.0:
+        return LogRatio(r, r, r, 1.0 if diff == 0.0 else 0.0, diff, 0.0, float(na + nb - 2))
+    df = _welch_df(va, na, vb, nb)
+    p = 2 * _t_sf(abs(diff) / se, df)
+    h = float(special.stdtrit(df, 0.5 + conf / 2)) * se
+    return LogRatio(r, math.exp(diff - h), math.exp(diff + h), p, diff, se, df)
+
+
+def _t_sf(t: float, df: float) -> float:
+    """P(T_df > t), with scipy.special directly (scipy.stats' wrappers cost 100x more per call)."""
+    return float(special.stdtr(df, -t))
+
+
 def knee(xs: Sequence[float], ys: Sequence[float], frac: float = 0.9) -> float | None:
     """Smallest x whose y reaches `frac` of the best y: where growing x stops paying."""
-    pts = sorted((x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y))
+    pts = sorted((x, y) for x, y in zip(xs, ys, strict=True) if y is not None and math.isfinite(y))
     if not pts:
         return None
     best = max(y for _, y in pts)
     return next(x for x, y in pts if y >= frac * best)
 
-
-def verdict(base: Sequence[float], new: Sequence[float], min_change: float = 0.02, max_rel_ci: float = 0.25) -> str:
-    """invalid | too noisy | no difference | improvement | regression (higher is better)."""
-    if len(base) < 3 or len(new) < 3:
-        return "invalid"
-    r = ratio_ci(new, base)
-    if not math.isfinite(r.lo) or r.half_width / max(abs(r.mean), 1e-12) > max_rel_ci:
-        return "too noisy"
-    if r.lo <= 1.0 <= r.hi or abs(r.mean - 1.0) < min_change:
-        return "no difference"
-    return "improvement" if r.mean > 1 else "regression"

@@ -1,0 +1,75 @@
+"""Per configuration: how many repetitions succeeded and failed, why it stopped there, and
+which interval method its estimates use. Shown in every report, whatever the study, so a
+failed attempt or a stalled trial is never hidden inside a mean."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from iolab.analysis.sequential import design_of
+from iolab.analysis.trials import (
+    by_config,
+    label_text,
+    main_metric_of,
+    settings_of,
+    workload_of,
+)
+from iolab.core import metrics
+from iolab.report.model import Note, Section, Table
+from iolab.runner.plan import StopRule
+from iolab.studies.spec import StudySettings
+
+# The error of the one record a study hook's skip leaves (runner/runner.py): a decision, not a failure.
+SKIPPED = "skipped by study hook"
+
+
+def failed_text(failed: int, attempts: int) -> str:
+    return f"{failed} failed of {attempts}"
+
+
+def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One record per configuration: {config_id, label, ok, failed, attempts, failed_of,
+    main_metric, zero_values, stop_reason, interval_method}."""
+    settings = settings_of(doc) or StudySettings(name="unknown")
+    design = design_of(doc)
+    out = []
+    for cid, trials in by_config(doc).items():
+        ok = [t for t in trials if t["status"] == "ok"]
+        failed = len(trials) - len(ok)
+        workload = workload_of(trials[0])
+        main = main_metric_of(workload, settings)
+        decl = metrics.for_workload(workload).get(main) if main else None
+        values = [_num(t["metrics"].get(main)) for t in ok] if main else []
+        rule = StopRule.of(settings, decl.aggregate if decl else "mean")
+        zeros = sum(1 for v in values if v == 0.0)
+        skipped = next((t["error"] for t in trials if (t.get("error") or "").startswith(SKIPPED)), None)
+        out.append({
+            "config_id": cid, "label": label_text(trials[0], cid), "ok": len(ok), "failed": failed,
+            "attempts": len(trials), "failed_of": failed_text(failed, len(trials)), "main_metric": main,
+            "zero_values": zeros,
+            "stop_reason": (f"skipped by the study's hook: {skipped.split(': ', 1)[-1]}" if skipped and not ok
+                            else rule.stop_reason(values, failed)),
+            "interval_method": design.method if not decl or decl.aggregate == "mean" else f"harmonic {design.method}",
+        })
+    return out
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+
+def section(records: list[dict[str, Any]]) -> Section:
+    """The report's 'Repetitions' section: n, failures, the stop reason and the interval method."""
+    rows = [[r["label"], r["ok"], r["failed_of"], r["main_metric"] or "—", r["stop_reason"], r["interval_method"]]
+            for r in records]
+    notes = [Note(f"{r['label']}: {r['zero_values']} trial(s) measured {r['main_metric']} = 0 (a stall); "
+                  "it enters the mean, never dropped", "warn") for r in records if r["zero_values"]]
+    notes += [Note(f"{r['label']}: {r['failed_of']} attempts failed; failed attempts are not in any mean "
+                   "(see Trials for their errors)", "warn") for r in records if r["failed"]]
+    intro = ("Every interval in this report is a 95 % interval over the successful repetitions of its "
+             "configuration. 'simultaneous-t[a..b]' keeps its 95 % although the runner chose n by looking at "
+             "the data after every repetition from a to b (docs/statistics.md).")
+    return Section("Repetitions", [Table("Repetitions per configuration",
+                                         ["configuration", "n ok", "failed", "stopping metric", "why it stopped here",
+                                          "interval method"], rows, notes=notes)], intro=intro)
