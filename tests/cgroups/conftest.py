@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -56,9 +57,17 @@ def loopdev() -> Iterator[str]:
 
 
 def iolab_groups() -> list[str]:
-    """Every iolab-* cgroup under the mounted roots."""
+    """Every iolab-* cgroup under the mounted roots, except those of another live iolab run
+    (iolab-<pid>-... or iolab-o<pid>.<start>-... of a process that is not this one and still
+    runs): other people may run a cgroup study on this machine at the same time."""
     m = detect.mounts()
-    return [str(p) for r in (m.v1_blkio, m.v2) if r for p in r.glob("iolab-*")]
+    out = []
+    for p in (p for r in (m.v1_blkio, m.v2) if r for p in r.glob("iolab-*")):
+        owner = re.match(r"iolab-o?(\d+)[.-]", p.name)
+        if owner and int(owner.group(1)) != os.getpid() and Path(f"/proc/{owner.group(1)}").exists():
+            continue
+        out.append(str(p))
+    return out
 
 
 def scheduler_state(dev: str) -> tuple[str, str]:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from iolab.cgroups import cleanup, detect, fs, scheduler
+from iolab.cgroups import cleanup, detect, fs, queue_claims, registry, scheduler
 from iolab.cgroups.device import resolve
 from iolab.cgroups.registry import open_backend
 from iolab.cgroups.session import CgroupSession
+from iolab.core import owner
 from iolab.core.errors import CapabilityMissing
 from iolab.core.resources import Ledger, clean_orphans
 
@@ -28,7 +29,7 @@ def _sched(dev: str) -> str:
 
 
 def test_describe_reports_modes_and_backends(loopdev: str) -> None:
-    d = detect.describe(loopdev)
+    d = registry.describe(loopdev)
     assert d["v1_blkio_mount"] == "/sys/fs/cgroup/blkio"
     assert d["backends"]["v1-bfq"] == "ok" and d["backends"]["v1-none"] == "ok"
     assert "bfq" in d["device"]["schedulers"]
@@ -128,23 +129,48 @@ def test_crashed_process_is_cleaned_from_its_ledger(loopdev: str, tmp_path: Path
     assert leftovers() == []  # no_leftovers then checks scheduler and low_latency
 
 
-def test_sweep_finds_groups_without_a_ledger(loopdev: str, leftovers: Callable[[], list[str]]) -> None:
+def _dead_owner() -> owner.Owner:
+    """An owner that existed and is gone (a pid with a start time no live process has)."""
+    p = subprocess.Popen(["sleep", "0"])
+    start = owner.start_time(p.pid)
+    p.wait()
+    return owner.Owner(p.pid, start if start is not None else 1)
+
+
+def test_sweep_finds_groups_of_dead_owners_without_a_ledger(loopdev: str,
+                                                           leftovers: Callable[[], list[str]]) -> None:
+    """A group named with a dead owner's tag goes (its task moved out, not killed); a group
+    with a live owner, and an untagged group (it says nothing about who uses it), stay."""
     root = detect.mounts().v1_blkio
     assert root is not None
-    stray = root / "iolab-stray-test"
-    (stray / "child").mkdir(parents=True)
-    sleeper = subprocess.Popen(["sleep", "30"])
+    dead = root / f"iolab-{_dead_owner().token}-abc123"
+    alive = root / f"iolab-{owner.me().token}-def456"
+    untagged = root / "iolab-stray-test"
+    untagged_empty = root / "iolab-stray-empty"
+    for g in (dead, alive, untagged, untagged_empty):
+        (g / "child").mkdir(parents=True)
+    sleepers = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
     try:
-        fs.write_value(stray / "child" / "cgroup.procs", str(sleeper.pid))
-        assert str(stray) in [str(p) for p in cleanup.leftovers()]
-        assert cleanup.sweep(dry_run=True)[0] == [str(stray)] and stray.exists()
+        fs.write_value(dead / "child" / "cgroup.procs", str(sleepers[0].pid))
+        fs.write_value(untagged / "child" / "cgroup.procs", str(sleepers[1].pid))
+        mine = {str(g) for g in (dead, alive, untagged, untagged_empty)}  # other runs' groups may be here too
+
+        def ours(found: list) -> list[str]:
+            return [str(p) for p in found if str(p) in mine]
+
+        assert ours(cleanup.leftovers()) == [str(dead)]
+        assert ours(cleanup.sweep(dry_run=True)[0]) == [str(dead)] and dead.exists()
         removed, errors = cleanup.sweep()
-        assert removed == [str(stray)] and errors == []
-        assert leftovers() == [] and sleeper.poll() is None
+        assert ours(removed) == [str(dead)] and errors == []
+        assert not dead.exists() and alive.exists() and untagged.exists() and untagged_empty.exists()
+        assert sleepers[0].poll() is None and sleepers[1].poll() is None
     finally:
-        sleeper.kill()
-        sleeper.wait()
-        fs.remove_tree(stray)
+        for p in sleepers:
+            p.kill()
+            p.wait()
+        for g in (dead, alive, untagged, untagged_empty):
+            fs.remove_tree(g)
+    assert leftovers() == []
 
 
 def test_scheduler_select_and_restore(loopdev: str, ledger: Ledger) -> None:
@@ -152,9 +178,13 @@ def test_scheduler_select_and_restore(loopdev: str, ledger: Ledger) -> None:
     before = scheduler.current(dev)
     other = "mq-deadline" if before != "mq-deadline" else "none"
     res = scheduler.select(dev, other, ledger)
-    assert res is not None and scheduler.current(dev) == other
-    assert scheduler.select(dev, other, ledger) is None  # already so: nothing recorded
+    assert scheduler.current(dev) == other
+    again = scheduler.select(dev, other, ledger)  # already so, but still a claim: nobody may switch it away
+    assert queue_claims.holders(dev.name) == [owner.me().token]
     ledger.release(res)
+    assert scheduler.current(dev) == other, "restored while a claim was still held"
+    ledger.release(again)
     assert scheduler.current(dev) == before
+    assert queue_claims.holders(dev.name) == []
     with pytest.raises(ValueError, match="not offered"):
         scheduler.select(dev, "cfq", ledger)

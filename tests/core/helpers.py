@@ -219,5 +219,21 @@ def make_lab(root: Path) -> Lab:
     return Lab(root=root, data=data, scratch=scratch, env=env)
 
 
+def drive(lab: Lab, argvs: list[list[str]], timeout: float = 900) -> list[dict[str, Any]]:
+    """Run many `iolab` command lines in one process (tests/core/cli_driver.py), with this lab's
+    environment: [{"exit", "stdout", "stderr", "traceback", "hang"}] in order."""
+    import sys
+
+    cases, results = lab.root / "driver-cases.json", lab.root / "driver-results.json"
+    env = {k: lab.env[k] for k in ("IOLAB_DATA", "IOLAB_SCRATCH", "IOLAB_CACHE")}
+    cases.write_text(json.dumps([{"argv": [str(a) for a in argv], "env": env} for argv in argvs]))
+    subprocess.run([sys.executable, "-m", "tests.core.cli_driver", str(cases), str(results)], cwd=REPO,
+                   check=True, timeout=timeout)
+    out = json.loads(results.read_text())
+    cases.unlink()
+    results.unlink()
+    return out
+
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices)")
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")

@@ -8,6 +8,11 @@ import json
 import math
 from typing import Any
 
+import numpy as np
+import pytest
+from scipy import stats
+
+from iolab.analysis.sequential import LookDesign
 from tests.core.helpers import Lab, needs_fio, needs_root
 
 pytestmark = [needs_root, needs_fio]
@@ -63,11 +68,32 @@ def test_json_follows_the_contract(basic_run: tuple[Lab, dict[str, Any]]) -> Non
     assert "findings" in doc and isinstance(doc["findings"], dict) and doc["findings"]
     configs = doc["findings"]["configs"]
     assert len(configs) == 2
+    by_bs = {t["params"]["bs"]: [] for t in doc["trials"]}
+    for t in doc["trials"]:
+        by_bs[t["params"]["bs"]].append(t)
+    # the reported estimate is recomputed from the stored trials of that configuration, not trusted
+    q = LookDesign(3, 3).quantile(3)  # the run's looks: repetitions = max_repetitions = 3
+    assert q > stats.t.ppf(0.975, 2)  # never narrower than the fixed-n t-interval
     for c in configs:
-        assert c["n_ok"] == 3
+        trials = by_bs[c["labels"]["bs"]]
+        assert {t["id"].rsplit("-r", 1)[0] for t in trials} == {c["config_id"]}
+        iops = np.array([t["metrics"]["iops"] for t in trials])
         est = c["metrics"]["iops"]
-        lo, hi = est["ci95"]
-        assert lo <= est["mean"] <= hi
+        assert est["n"] == 3 and c["n_ok"] == 3 and c["failed_of"] == "0 failed of 3"
+        assert est["mean"] == pytest.approx(iops.mean(), rel=1e-12)
+        half = q * iops.std(ddof=1) / math.sqrt(3)
+        assert est["ci95"] == [pytest.approx(iops.mean() - half, rel=1e-9), pytest.approx(iops.mean() + half, rel=1e-9)]
+        assert (est["method"], est["unit"], est["direction"]) == ("simultaneous-t[3..3]", "IOPS", "higher")
+        lat = c["metrics"]["read_lat_mean_us"]
+        assert (lat["unit"], lat["direction"]) == ("µs", "lower")
+        assert lat["mean"] == pytest.approx(np.mean([t["metrics"]["read_lat_mean_us"] for t in trials]))
+    # every metric and probe value is declared; the declarations ride in the findings
+    decl = doc["findings"]["metric_declarations"]
+    assert decl["undeclared"] == []
+    assert decl["workloads"]["fio"]["iops"]["direction"] == "higher"
+    assert decl["probes"]["host_disk"]["writes"]["unit"] == "requests"
+    reps = doc["findings"]["repetitions"]
+    assert sorted((r["ok"], r["failed"], r["attempts"], r["main_metric"]) for r in reps) == [(3, 0, 3, "iops")] * 2
 
 
 def test_csv_md_html_and_runs(basic_run: tuple[Lab, dict[str, Any]]) -> None:
@@ -109,8 +135,24 @@ def test_runs_shows_ids_that_can_be_copied(basic_run: tuple[Lab, dict[str, Any]]
     assert doc["run_id"] in r.stdout, f"`iolab runs` must show the whole run id:\n{r.stdout}"
 
 
+def test_runs_json_lists_whole_ids_and_counts(basic_run: tuple[Lab, dict[str, Any]]) -> None:
+    lab, doc = basic_run
+    r = lab.iolab("runs", "--json")
+    assert r.returncode == 0, r.stderr
+    items = json.loads(r.stdout)
+    mine = next(i for i in items if i["id"] == doc["run_id"])
+    assert (mine["study"], mine["status"], mine["trials_ok"], mine["trials"], mine["failed"]) == \
+        ("basic", "complete", 6, 6, 0)
+    assert mine["created_utc"].endswith("Z")
+    # the plain listing is not cut to a terminal's width either: the id is a whole word of its line
+    line = next(x for x in lab.iolab("runs").stdout.splitlines() if doc["run_id"] in x)
+    assert line.split()[0] == doc["run_id"]
+    assert lab.iolab("runs", "-n", "0").returncode == 2
+
+
 def test_unknown_run_is_a_clear_error(basic_run: tuple[Lab, dict[str, Any]]) -> None:
+    """A RUN that names no run is an input error: exit status 2, like every input error."""
     lab, _ = basic_run
     r = lab.iolab("report", "no-such-run", "--format", "json")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "no-such-run" in r.stderr and "Traceback" not in r.stderr

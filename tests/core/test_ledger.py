@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from iolab.core import resources
+from iolab.core import owner, resources
 from iolab.core.resources import Ledger
 from iolab.targets.loop import create_scratch_loop, release_scratch_loop
 from tests.core.helpers import Lab, all_loops, needs_root
@@ -33,9 +33,12 @@ def test_ledger_is_on_disk_before_the_resource_is_used(env_lab: Lab) -> None:
     loop = create_scratch_loop(ledger, 16 << 20, prefill=False)
     try:
         items = json.loads(ledger.path.read_text())
-        assert ledger.path == env_lab.ledger_dir / f"{os.getpid()}.json"
-        assert [(i["kind"], i["ident"]) for i in items] == [("file", str(loop.image)), ("loop", loop.device)]
+        me = owner.me()
+        assert ledger.path == env_lab.ledger_dir / f"o{os.getpid()}.{me.start}.json"
+        assert [(i["kind"], i["ident"], i["state"]) for i in items] == \
+            [("file", str(loop.image), "live"), ("loop", loop.device, "live")]
         assert items[1]["info"]["backing"] == str(loop.image)
+        assert owner.owner_of_name(loop.image.name) == me, "the image's name carries its owner"
     finally:
         release_scratch_loop(ledger, loop)
     assert not _attached(loop.device) and not loop.image.exists()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 
-from iolab.analysis.stats import mean_ci
+from iolab.runner.plan import StopRule
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, study_table
 
 
@@ -42,11 +41,10 @@ def _stored_values(lab: Lab) -> list[float]:
 
 
 def _expected_stop(values: list[float], lo: int, hi: int, target: float) -> int:
-    """Where the documented rule stops: the first n >= lo whose CI half-width/mean <= target, else hi."""
-    for n in range(lo, hi + 1):
-        if n == hi or mean_ci(values[:n]).rel_half_width <= target:
-            return n
-    return hi
+    """Where the documented rule stops: the first n >= lo whose reported interval (simultaneous
+    over the looks lo..hi) has half-width/mean <= target, else hi."""
+    rule = StopRule(lo, hi, target)
+    return next(n for n in range(lo, hi + 1) if n == hi or rule.narrow_enough(values[:n]))
 
 
 @needs_root
@@ -58,7 +56,7 @@ def test_adaptive_stopping_goes_to_the_cap_when_the_ci_is_too_wide(lab: Lab) -> 
     assert r.returncode == 0, r.stderr
     values = _stored_values(lab)
     assert len(values) == 5
-    assert mean_ci(values[:4]).rel_half_width > 0.0001
+    assert StopRule(3, 5, 0.0001).wants_more(values[:4])
 
 
 @needs_root
@@ -111,16 +109,22 @@ def test_trials_are_interleaved_across_configurations(basic_run: tuple[Lab, dict
     assert starts == sorted(starts)
 
 
-def test_sequential_order_keeps_configs_together() -> None:
-    """order = "sequential" is the opt-out: A A A B B B (checked on the planner, no I/O)."""
-    from iolab.core.model import Config
-    from iolab.runner import plan
-
-    a, b = Config({"kind": "loop"}, {"bs": 1}), Config({"kind": "loop"}, {"bs": 2})
-    assert [plan.round_order([a, b], r, True) for r in range(3)] == [[a, b], [b, a], [a, b]]
-    assert [plan.round_order([a, b], r, False) for r in range(2)] == [[a, b], [a, b]]
-    assert plan.needs_more([1.0, 1.0], 3, 5, 2, 0.5)  # below the minimum
-    assert not plan.needs_more([1.0, 1.0, 1.0], 3, 5, 3, 0.5)  # tight
-    assert plan.needs_more([1.0, 2.0, 3.0], 3, 5, 3, 0.01)  # wide
-    assert not plan.needs_more([1.0, 2.0, 3.0, 4.0, 5.0], 3, 5, 5, 0.01)  # cap
-    assert not math.isfinite(mean_ci([1.0]).half_width)
+@needs_root
+@needs_fio
+def test_sequential_order_runs_each_configuration_to_its_end(lab: Lab) -> None:
+    """order = "sequential" is the opt-out of interleaving: A A A B B B, in the stored order and
+    in time; each configuration is finished (here: its 3 repetitions) before the next starts."""
+    spec = lab.spec(study_table("sequential", repetitions=3, max_repetitions=3, order="sequential") + LOOP_TARGET
+                    + fio_workload(bs=["4k", "8k"]))
+    r = lab.iolab("run", spec, timeout=180)
+    assert r.returncode == 0, r.stderr
+    doc = lab.report_json()
+    assert [t["params"]["bs"] for t in doc["trials"]] == [4096] * 3 + [8192] * 3
+    assert [t["repetition"] for t in doc["trials"]] == [0, 1, 2] * 2
+    rows = lab.trial_rows(doc["run_id"])
+    starts = [row[4] for row in rows]
+    assert starts == sorted(starts) and [row[0] for row in rows] == [t["id"] for t in doc["trials"]]
+    # the last trial of A ended before the first of B started
+    a_end = max(t["ended"] for t in doc["trials"] if t["params"]["bs"] == 4096)
+    assert a_end <= min(t["started"] for t in doc["trials"] if t["params"]["bs"] == 8192)
+    lab.assert_nothing_left()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pathlib import Path
 
-from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, one_line, study_table
+from tests.core.helpers import LOOP_TARGET, Lab, drive, fio_workload, needs_fio, needs_root, one_line, study_table
 
 GOOD = study_table("specs") + LOOP_TARGET + fio_workload()
 
@@ -136,3 +136,33 @@ def test_every_builtin_study_prints_a_spec_that_runs_as_is(tmp_path: Path) -> No
         direct = from_dict(mod.build(True), f"builtin:{name}")
         assert [c.id for c in printed.configs] == [c.id for c in direct.configs], name
         assert printed.settings == direct.settings
+
+
+@needs_root
+def test_every_builtin_study_quick_and_full_passes_dry_run(lab: Lab) -> None:
+    """The full studies validate too (iozone and virtio sized their 16 MiB records as iozone does),
+    and a dry run of each creates nothing: no database, no ledger, no scratch file."""
+    from iolab.studies import builtin
+
+    studies = builtin.available()
+    names = sorted(n for n, m in studies.items() if not getattr(m.spec, "NEEDS_HOSTS", False))
+    fleets = sorted(set(studies) - set(names))  # their dry runs against real hosts: tests/fleet
+    argvs = [["study", n, "--dry-run", *q] for n in names for q in ([], ["--quick"])]
+    for argv, r in zip(argvs, drive(lab, argvs)):
+        assert r["exit"] == 0 and r["traceback"] is None, f"{argv}: {r['traceback'] or r['stderr']}"
+        assert "configuration(s)" in r["stdout"] and "will create or touch:" in r["stdout"], r["stdout"]
+    argvs = [["study", n, "--dry-run", "--quick"] for n in fleets]
+    for argv, r in zip(argvs, drive(lab, argvs)):  # a fleet study without its hosts: exit 2, says what to give
+        assert r["exit"] == 2 and r["traceback"] is None and "--hosts FILE" in r["stderr"], (argv, r)
+    _assert_created_nothing(lab)
+    assert not lab.data.exists(), "a dry run must not create the data dir (database, ledger)"
+
+
+def test_iozone_study_sizes_files_in_whole_records_as_iozone_does() -> None:
+    from iolab.studies.iozone import spec as iozone
+
+    tables = iozone.workloads(iozone.TESTS, iozone.RECORDS, "100M")["workloads"]
+    sizes = {t["file_size"]: t["record"] for t in tables}
+    assert sizes == {"100m": ["4k", "4m"], "96m": ["16m"]}, "iozone -s 100M -r 16384k writes 6 records = 96 MiB"
+    assert iozone.workloads(["write"], ["4k", "16m"], "32M") == {
+        "workload": {"kind": "iozone", "test": ["write"], "record": ["4k", "16m"], "file_size": "32m"}}

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from iolab.analysis.stats import Estimate, harmonic_mean_ci, knee, mean_ci, ratio_ci, verdict, welch_p
+from iolab.analysis.stats import Estimate, harmonic_mean_ci, knee, mean_ci, ratio_ci, welch_p
 from iolab.core.units import format_size, parse_duration, parse_size
 
 # Student-t 97.5 % quantiles (tables): df=1, 2, 3, 4
@@ -39,7 +39,7 @@ def test_mean_ci_three_values_by_hand() -> None:
     assert e.half_width == pytest.approx(24.84138, abs=1e-4)
     assert e.as_dict("MiB/s") == {"mean": 110.0, "ci95": [pytest.approx(85.15862, abs=1e-4),
                                                           pytest.approx(134.84138, abs=1e-4)],
-                                  "n": 3, "unit": "MiB/s"}
+                                  "n": 3, "method": "t", "unit": "MiB/s"}
 
 
 def test_mean_ci_identical_values_has_zero_width() -> None:
@@ -51,13 +51,14 @@ def test_mean_ci_identical_values_has_zero_width() -> None:
 def test_mean_ci_never_claims_from_one_value_and_skips_non_finite() -> None:
     one = mean_ci([5.0])
     assert one.mean == 5.0 and one.lo == -math.inf and one.hi == math.inf and one.n == 1
-    assert one.as_dict() == {"mean": 5.0, "ci95": [None, None], "n": 1}  # JSON has no infinities
+    assert one.as_dict() == {"mean": 5.0, "ci95": [None, None], "n": 1, "method": "t"}  # JSON has no infinities
     assert not math.isfinite(one.rel_half_width)
     empty = mean_ci([])
     assert empty.n == 0 and math.isnan(empty.mean)
     assert empty.as_dict()["mean"] is None
     mixed = mean_ci([1.0, math.nan, 3.0, math.inf, None])  # type: ignore[list-item]
     assert mixed.n == 2 and mixed.mean == 2.0
+    assert mixed.dropped == 3 and mixed.as_dict()["dropped"] == 3  # left out, but counted: never silent
 
 
 def test_mean_ci_other_confidence() -> None:
@@ -87,12 +88,21 @@ def test_ratio_ci_contains_the_true_ratio() -> None:
 
 def test_ratio_ci_by_hand() -> None:
     # num [9, 10, 11] (mean 10, var 1), den [4, 5, 6] (mean 5, var 1): r = 2
-    # se = 2 * sqrt((1/3)/100 + (1/3)/25) = 0.258199; Welch df = 4
+    # relative se = sqrt((1/3)/100 + (1/3)/25) = 0.129099; Welch df = 4; the interval is on the
+    # log scale: 2 * exp(±t * rel_se), never negative, wider above than below
     r = ratio_ci([9, 10, 11], [4, 5, 6])
-    se = 2 * math.sqrt((1 / 3) / 100 + (1 / 3) / 25)
+    rel = math.sqrt((1 / 3) / 100 + (1 / 3) / 25)
     assert r.mean == pytest.approx(2.0)
-    assert r.sd == pytest.approx(se)
-    assert r.half_width == pytest.approx(T975[4] * se, abs=1e-5)
+    assert r.sd == pytest.approx(2 * rel)
+    assert r.lo == pytest.approx(2 * math.exp(-T975[4] * rel), abs=1e-5)
+    assert r.hi == pytest.approx(2 * math.exp(T975[4] * rel), abs=1e-5)
+    assert r.hi - 2 > 2 - r.lo > 0
+    assert r.method == "log-delta-welch"
+
+
+def test_ratio_ci_is_never_negative_even_when_noisy() -> None:
+    r = ratio_ci([1, 30, 60], [10, 11, 9])
+    assert 0 < r.lo < r.mean < r.hi
 
 
 def test_ratio_ci_coverage_is_about_95_percent() -> None:
@@ -128,8 +138,13 @@ def test_harmonic_mean_ci_by_hand() -> None:
     assert e.lo < e.mean < e.hi
 
 
-def test_harmonic_mean_ignores_zero_and_negative() -> None:
-    assert harmonic_mean_ci([0, -1, 2, 2]).mean == pytest.approx(2.0)
+def test_harmonic_mean_of_a_set_with_a_stall_is_zero_and_says_so() -> None:
+    """A rate of 0 (the fixed work never finished) enters the statistic: 1/0 makes the mean of
+    1/x infinite, so the harmonic mean is 0, its interval [0, unbounded), and it is counted."""
+    e = harmonic_mean_ci([0, 2, 2])
+    assert e.mean == 0.0 and e.lo == 0.0 and e.hi == math.inf and e.n == 3 and e.zeros == 1
+    assert e.as_dict()["zeros"] == 1 and e.as_dict()["ci95"] == [0.0, None]
+    assert harmonic_mean_ci([2.0, 2.0, 2.0]).zeros == 0
     assert harmonic_mean_ci([]).n == 0
 
 
@@ -145,16 +160,6 @@ def test_knee() -> None:
     assert knee([], []) is None
 
 
-def test_verdict() -> None:
-    base = [100.0, 101.0, 99.0, 100.5]
-    assert verdict(base, [120.0, 121.0, 119.0, 120.5]) == "improvement"
-    assert verdict(base, [80.0, 81.0, 79.0, 80.5]) == "regression"
-    assert verdict(base, [100.2, 100.8, 99.5, 100.1]) == "no difference"
-    assert verdict(base, [101.0, 101.5, 100.5, 101.2], min_change=0.02) == "no difference"  # < 2 %
-    assert verdict(base, [10.0, 300.0, 50.0]) == "too noisy"
-    assert verdict(base[:2], [120.0, 121.0]) == "invalid"
-
-
 def test_welch_p() -> None:
     assert welch_p([1, 2, 3], [1, 2, 3]) == pytest.approx(1.0)
     assert welch_p([1, 2, 3], [11, 12, 13]) < 0.01
@@ -168,23 +173,32 @@ def test_estimate_rel_half_width_of_zero_mean() -> None:
 # -- units -------------------------------------------------------------------------------
 @pytest.mark.parametrize("text,expected", [
     ("4k", 4096), ("4K", 4096), ("16M", 16 << 20), ("1g", 1 << 30), ("1GiB", 1 << 30), ("2t", 2 << 40),
-    ("512", 512), (" 8 k ", 8192), ("4kb", 4096), ("1MB", 1 << 20), (4096, 4096), (0, 0),
+    ("512", 512), (" 8 k ", 8192), ("4kb", 4096), ("1MB", 1 << 20), (4096, 4096), ("1p", 1 << 50),
 ])
 def test_parse_size(text: object, expected: int) -> None:
     assert parse_size(text) == expected  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["abc", "1.5M", "4x", "", "-4k", "k", True, -1, "4 MiBs"])
+@pytest.mark.parametrize("bad", ["abc", "1.5M", "4x", "", "-4k", "k", True, False, -1, "4 MiBs", 0, "0", "0k",
+                                 "1e400", 1e400, float("nan"), 4096.0, None, [4096], {"a": 1}, "2048p", 1 << 61,
+                                 "9" * 5000, "4k\n", "4\x00k"])
 def test_parse_size_rejects(bad: object) -> None:
+    """Zero, infinite, NaN, huge, boolean and non-numeric sizes are spec errors, never a size."""
     with pytest.raises(ValueError):
         parse_size(bad)  # type: ignore[arg-type]
+
+
+def test_parse_size_zero_only_when_allowed() -> None:
+    assert parse_size(0, allow_zero=True) == 0 and parse_size("0k", allow_zero=True) == 0
+    with pytest.raises(ValueError):
+        parse_size(-1, allow_zero=True)
 
 
 @pytest.mark.parametrize("n,text", [(4096, "4k"), (1 << 20, "1m"), (3 << 30, "3g"), (1 << 40, "1t"),
                                     (1000, "1000"), (1536, "1536"), (0, "0"), (6 << 10, "6k")])
 def test_format_size(n: int, text: str) -> None:
     assert format_size(n) == text
-    assert parse_size(text) == n  # round trip
+    assert parse_size(text, allow_zero=True) == n  # round trip
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -195,7 +209,9 @@ def test_parse_duration(text: object, expected: float) -> None:
     assert parse_duration(text) == expected  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["abc", "5d", "-1s", "", True, -1, "1 2s"])
+@pytest.mark.parametrize("bad", ["abc", "5d", "-1s", "", True, -1, "1 2s", float("inf"), float("-inf"),
+                                 float("nan"), "inf", "nan", "1e400", 1e400, 10**9, "99999999h", None, ["1s"]])
 def test_parse_duration_rejects(bad: object) -> None:
+    """Infinite, NaN, negative and absurdly long durations are spec errors (runtime = inf)."""
     with pytest.raises(ValueError):
         parse_duration(bad)  # type: ignore[arg-type]

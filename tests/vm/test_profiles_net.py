@@ -14,7 +14,9 @@ from pydantic import ValidationError
 from iolab.core.exec import HostExecutor
 from iolab.targets.base import Placement
 from iolab.targets.qemu_guest import QemuGuestParams
-from iolab.vm.qemu import DiskSpec, NetSpec, RunFiles, Secret, VmSpec, build_command, create_image
+from iolab.vm.cmdline import NetSpec, RunFiles, VmSpec, build_command
+from iolab.vm.disk import DiskSpec, Secret
+from iolab.vm.image import create_image
 from iolab.workloads.iperf3 import Iperf3Params, Iperf3Workload, listening_ports
 
 needs_qemu_img = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="qemu-img not installed")

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from iolab.probes.qemu_syscalls import (TRACE_EVENTS, causes_from_events, count_trace_events,
                                         parse_strace_summary, probe_counts)
-from iolab.studies.sync_amplification import trial_counts
+from iolab.studies.sync_amplification.analysis import trial_counts
 
 DATA = Path(__file__).parent / "data"
 
@@ -182,13 +181,13 @@ def test_trial_counts_reads_every_layer() -> None:
 # ---------------------------------------------------------------- the recommendation table's measured cells
 
 def _amp_row(fmt: str, pattern: str, factor: float, **opts: object) -> dict:
-    from iolab.studies.sync_amplification import DEFAULTS
+    from iolab.studies.sync_amplification.spec import DEFAULTS
     return {"format": fmt, "pattern": pattern, "guest_fs": "none", "options": dict(DEFAULTS, **opts),
             "factor_host_syncs": factor, "factor_device_flushes": factor + 1}
 
 
 def test_measured_recommendations_pair_variant_with_its_baseline() -> None:
-    from iolab.studies.sync_amplification import measured_recommendations
+    from iolab.studies.sync_amplification.analysis import measured_recommendations
 
     amp = [_amp_row("raw", "append", 1.0), _amp_row("qcow2", "append", 2.0),
            _amp_row("qcow2", "append", 1.0, lazy_refcounts=True), _amp_row("qcow2", "overwrite", 1.0, cache="unsafe"),

@@ -21,11 +21,12 @@ from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
 from iolab.probes.guest_diskstats import GuestDiskStats
 from iolab.probes.qmp_blockstats import QmpBlockStats
+from iolab.targets import qemu_guest
 from iolab.targets.qemu_guest import QemuGuestParams, QemuGuestTarget
 from iolab.vm import cpio, guest_image
 from iolab.vm.cleanup import leftover_qemu_pids
+from iolab.vm.errors import VmError
 from iolab.vm.executor import GuestExecutor
-from iolab.vm.qemu import VmError
 
 pytestmark = [
     pytest.mark.vm,
@@ -84,7 +85,7 @@ def test_manifest_records_the_setup(guest) -> None:
     target, pl, _ = guest
     m = pl.manifest
     assert m["accel"] in ("kvm", "tcg") and m["accel_reason"]
-    assert f"iolab-" in " ".join(m["qemu_cmdline"]) and "-nodefaults" in m["qemu_cmdline"]
+    assert "iolab-" in " ".join(m["qemu_cmdline"]) and "-nodefaults" in m["qemu_cmdline"]
     assert m["qemu_img_info"]["format"] == "qcow2"
     assert m["guest_kernel"] and m["qemu_version"][0].isdigit()
     assert pl.host_device and pl.host_device.startswith("loop")
@@ -213,10 +214,10 @@ def test_guest_that_never_starts_the_agent_is_killed_with_the_console_tail(state
 
 
 def test_exception_after_boot_tears_everything_down(state, monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(self, executor, dev):
+    def boom(executor, dev):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(QemuGuestTarget, "_make_fs", boom)
+    monkeypatch.setattr(qemu_guest, "make_ext4", boom)
     ledger = Ledger()
     target = QemuGuestTarget(QemuGuestParams(disk_size="16M", guest_fs="ext4"), ledger)
     with pytest.raises(RuntimeError, match="injected"):
@@ -271,8 +272,8 @@ def test_image_hash_covers_extra_binaries() -> None:
 
 def test_ledger_cleaner_kills_a_leftover_qemu(state, tmp_path: Path) -> None:
     """What `iolab clean` does after a crash: the process cleaner kills a tagged QEMU by pid."""
-    from iolab.vm.cleanup import clean_process, is_iolab_qemu
     from iolab.core.resources import Resource
+    from iolab.vm.cleanup import clean_process, is_iolab_qemu
 
     proc = subprocess.Popen(["qemu-system-x86_64", "-name", "iolab-orphan-test", "-nodefaults", "-nographic",
                              "-machine", "none", "-S"], stdin=subprocess.DEVNULL,

@@ -11,7 +11,8 @@ import pytest
 
 from iolab.vm import cpio, guest_image
 from iolab.vm import protocol as P
-from iolab.vm.qemu import CACHE_MODES, DiskSpec, RunFiles, VmSpec, build_command
+from iolab.vm.cmdline import GUEST_SERVER_PORT, NetSpec, RunFiles, VmSpec, build_command, peer_spec
+from iolab.vm.disk import CACHE_MODES, DiskSpec
 
 
 def test_frames_round_trip_and_resync_over_noise() -> None:
@@ -68,3 +69,17 @@ def test_disk_spec_problems_name_the_rule() -> None:
         "the image without O_DIRECT, and QEMU refuses it"]
     assert DiskSpec(size=1 << 20, format="qcow2", cluster_size=1 << 16, preallocation="metadata").problems() == []
     assert DiskSpec(size=1000).problems()
+
+
+def test_the_network_peer_is_a_diskless_guest_of_the_same_kernel_and_accelerator(tmp_path: Path) -> None:
+    disk = DiskSpec(size=64 << 20)
+    first = VmSpec(disk=disk, image=tmp_path / "d.raw", kernel=tmp_path / "k", initramfs=tmp_path / "i",
+                   accel="kvm", cpu="host", memory_mb=1024, vcpus=2, tag="iolab-x",
+                   net=NetSpec(hostfwd=((40001, GUEST_SERVER_PORT),)))
+    peer = peer_spec(first, "iolab-x-peer", 40002)
+    assert (peer.kernel, peer.initramfs, peer.accel, peer.cpu) == (first.kernel, first.initramfs, "kvm", "host")
+    assert (peer.disk, peer.image, peer.secret, peer.module_groups) == (None, None, None, ("net",))
+    argv = build_command(peer, RunFiles(tmp_path / "peer"))
+    assert "-blockdev" not in argv and argv[argv.index("-name") + 1] == "iolab-x-peer"
+    assert argv[argv.index("-accel") + 1:argv.index("-accel") + 4] == ["kvm", "-cpu", "host"]
+    assert f"user,id=net0,ipv6=off,hostfwd=tcp:127.0.0.1:40002-:{GUEST_SERVER_PORT}" in argv

@@ -13,7 +13,7 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from iolab.cgroups import cleanup, fs
 from iolab.cgroups.counters import IoCounters
@@ -21,6 +21,9 @@ from iolab.cgroups.detect import Mounts
 from iolab.cgroups.device import BlockDev
 from iolab.core.errors import CapabilityMissing
 from iolab.core.resources import Ledger, Resource
+
+if TYPE_CHECKING:  # a type only: cgroups.trial needs nothing from here
+    from iolab.cgroups.trial import TrialCgroup
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 PARENT_PREFIX = "iolab-"
@@ -84,24 +87,34 @@ class Backend(ABC):
         if self.parent is not None:
             return self.parent
         path = self.root / f"{PARENT_PREFIX}{_checked_name(runid)}"
-        res = self._record("cgroup", str(path), action="rmtree", dest=str(self.root))
-        try:
+        # pending entry first; an existing group is not ours: creating() forgets the entry then
+        with self.ledger.creating("cgroup", str(path), action="rmtree", dest=str(self.root)) as res:
             path.mkdir()
-        except FileExistsError:  # not ours to remove: forget it before the error unwinds
-            self._resources.remove(res)
-            self.ledger.forget(res)
-            raise
+        self._resources.append(res)
         self.parent = path
         self._prepare_parent(path)
         return path
 
-    def create_group(self, name: str, weight: int | None = None) -> Group:
-        """A child of the parent with `weight` written and read back."""
-        if self.parent is None:
+    def groups_parent(self, trial: TrialCgroup | None) -> Path:
+        """Where a trial's groups are made: inside the trial cgroup when trials use this
+        hierarchy (v2: a process is in one cgroup of it, so a process placed in a weighted
+        group must find it inside its trial, cgroups.trial), else under the parent."""
+        inside = trial.groups_parent(self.root) if trial is not None else None
+        if inside is None:
+            if self.parent is None:
+                raise RuntimeError("create_parent() first")
+            return self.parent
+        self._prepare_parent(inside)  # v2: +io for the children (the trial cgroup holds no process itself)
+        return inside
+
+    def create_group(self, name: str, weight: int | None = None, parent: Path | None = None) -> Group:
+        """A child of the parent (or of `parent`, from groups_parent()) with `weight` written and read back."""
+        base = parent or self.parent
+        if base is None:
             raise RuntimeError("create_parent() first")
         if weight is not None:
             self.validate_weight(weight)
-        group = Group(_checked_name(name), self.parent / name, None)
+        group = Group(_checked_name(name), base / name, None)
         group.path.mkdir()
         self.groups[group.name] = group
         if weight is not None:
@@ -161,14 +174,16 @@ class Backend(ABC):
         }
 
     # -- hooks ----------------------------------------------------------------------------
-    def _prepare_parent(self, parent: Path) -> None:
+    def _prepare_parent(self, parent: Path) -> None:  # noqa: B027 -- optional hook, v1 needs none
         """Per-hierarchy setup of the parent (v2: enable +io for the children)."""
 
     def _write_weight(self, group: Group, weight: int) -> None:
-        fs.write_value(group.path / self.weight_file, str(weight))  # type: ignore[operator]
+        if self.weight_file is None:  # validate_weight() already refused: no weight range either
+            raise ValueError(f"{self.name} has no weight file")
+        fs.write_value(group.path / self.weight_file, str(weight))
 
     def _record(self, kind: str, ident: str, **info: object) -> Resource:
-        res = self.ledger.add(kind, ident, **info)
+        res = self.ledger.add(kind, ident, pending=False, **info)
         self._resources.append(res)
         return res
 

@@ -2,26 +2,29 @@
 
 Imported by `iolab clean` (through the ledger) so the cleaners exist even in a process
 that never created a group. sweep() finds `iolab-*` groups under every blkio/v2 root when
-no ledger survived (e.g. the state dir was wiped), skipping groups a live iolab process owns.
+no ledger survived (e.g. the state dir was wiped, or the owner used another data dir),
+skipping groups a live iolab process owns (by the owner tag in the name, core.owner).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from iolab.cgroups import fs, scheduler
-from iolab.core import paths
-from iolab.core.resources import Resource, _alive, register_cleaner
+from iolab.cgroups import fs, processes, scheduler, trial
+from iolab.cgroups.detect import mounts
+from iolab.core import owner as owners
+from iolab.core.resources import Resource, live_items, register_cleaner
 
 PREFIX = "iolab-"
 
 
 def clean_cgroup(res: Resource) -> None:
-    """kind "cgroup": rmtree a group (tasks moved to info["dest"]) or restore a file's value."""
+    """kind "cgroup": rmtree a group (tasks moved to info["dest"]), end and remove a trial
+    cgroup (every process in it killed, cgroups.trial), or restore a file's value."""
     action = res.info.get("action", "rmtree")
-    if action == "rmtree":
+    if action == "kill":
+        processes.destroy([Path(d) for d in res.info.get("dirs") or [res.ident]])
+    elif action == "rmtree":
         dest = Path(res.info["dest"]) if res.info.get("dest") else None
         fs.remove_tree(Path(res.ident), dest=dest, kill=bool(res.info.get("kill", False)))
     elif action == "write":
@@ -33,8 +36,8 @@ def clean_cgroup(res: Resource) -> None:
 
 
 def clean_scheduler(res: Resource) -> None:
-    """kind "scheduler": put back the scheduler or the tunables recorded in info."""
-    scheduler.undo(res.info)
+    """kind "scheduler": release the claim (or, for old ledgers, put back what they recorded)."""
+    scheduler.undo(res)
 
 
 register_cleaner("cgroup", clean_cgroup)
@@ -42,51 +45,56 @@ register_cleaner("scheduler", clean_scheduler)
 
 
 def roots() -> list[Path]:
-    """Every hierarchy iolab may create groups in: the v1 blkio mount and the cgroup2 mount."""
-    from iolab.cgroups.detect import mounts
-
+    """Every hierarchy iolab may create groups in: the v1 blkio mount, the cgroup2 mount, and
+    the v1 cpuacct and freezer mounts (trial cgroups)."""
     m = mounts()
-    return [p for p in (m.v1_blkio, m.v2) if p is not None]
+    found = [p for p in (m.v1_blkio, m.v2, m.v1_cpuacct, m.v1_freezer) if p is not None]
+    return list(dict.fromkeys(found))
 
 
 def leftovers(search: list[Path] | None = None) -> list[Path]:
-    """`iolab-*` groups directly under each root that no live iolab process has in its ledger."""
-    live = _live_ledger_groups()
+    """`iolab-*` groups directly under each root whose owner is dead.
+
+    Only tagged groups (`iolab-o<pid>.<start>-...`, core.owner) are candidates, and they are
+    left while their owner lives, whatever its data dir. An untagged `iolab-*` group (iolab
+    before 0.2, or a test's own name) says nothing about who uses it, and cgroups are
+    machine-wide: the sweep never takes one (its owner's ledger still can, through `iolab clean`).
+    """
+    live = {r.ident for r in live_items() if r.kind == "cgroup"}
     found = []
     for root in search if search is not None else roots():
-        if root.is_dir():
-            found += [p for p in sorted(root.glob(f"{PREFIX}*"))
-                      if p.is_dir() and str(p) not in live]
+        if not root.is_dir():
+            continue
+        for p in sorted(root.glob(f"{PREFIX}*")):
+            if not p.is_dir() or str(p) in live:
+                continue
+            o = owners.owner_of_name(p.name)
+            if o is not None and not o.alive():
+                found.append(p)
     return found
 
 
 def sweep(search: list[Path] | None = None, dry_run: bool = False) -> tuple[list[str], list[str]]:
-    """Remove leftover iolab groups (tasks moved to the root); returns (removed, errors)."""
+    """Remove leftover iolab groups; returns (removed, errors). The processes of a trial
+    cgroup (or of a process's own leaf) are killed, as their owner would have; tasks of
+    any other group (weighted groups) are moved to the root."""
     removed, errors = [], []
     for group in leftovers(search):
         if dry_run:
             removed.append(str(group))
             continue
         try:
-            fs.remove_tree(group, dest=group.parent)
+            if _holds_processes_of_its_owner(group.name):
+                processes.destroy([group])
+            else:
+                fs.remove_tree(group, dest=group.parent)
             removed.append(str(group))
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:
             errors.append(f"{group}: {exc}")
     return removed, errors
 
 
-def _live_ledger_groups() -> set[str]:
-    """cgroup paths recorded by iolab processes that are still running."""
-    d = paths.ledger_dir()
-    out: set[str] = set()
-    if not d.is_dir():
-        return out
-    for f in d.glob("*.json"):
-        if not (f.stem.isdigit() and _alive(int(f.stem))):
-            continue
-        try:
-            items: list[dict[str, Any]] = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        out |= {r["ident"] for r in items if r.get("kind") == "cgroup"}
-    return out
+def _holds_processes_of_its_owner(name: str) -> bool:
+    """A trial cgroup `iolab-<token>-trial-…` or a process's leaf `iolab-<token>-spawn-…`."""
+    rest = name.split("-", 2)[2] if name.count("-") >= 2 else ""
+    return rest.startswith((f"{trial.TRIAL_LABEL}-", f"{trial.SPAWN_LABEL}-"))

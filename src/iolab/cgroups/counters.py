@@ -26,7 +26,7 @@ class IoCounters:
         return self.rios + self.wios + self.dios
 
     def __sub__(self, other: IoCounters) -> IoCounters:
-        return IoCounters(*(a - b for a, b in zip(astuple(self), astuple(other))))
+        return IoCounters(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -64,7 +64,5 @@ def from_v2(io_stat: str, majmin: str) -> IoCounters:
         if not parts or parts[0] != majmin:
             continue
         kv = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
-        get = lambda k: int(kv.get(k, 0))  # noqa: E731
-        return IoCounters(rios=get("rios"), wios=get("wios"), rbytes=get("rbytes"),
-                          wbytes=get("wbytes"), dios=get("dios"), dbytes=get("dbytes"))
+        return IoCounters(**{k: int(kv.get(k, 0)) for k in ("rios", "wios", "rbytes", "wbytes", "dios", "dbytes")})
     return IoCounters()

@@ -8,13 +8,8 @@ manifest show both.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from iolab.cgroups import scheduler
-from iolab.cgroups.device import resolve
 
 MOUNTS = Path("/proc/self/mounts")
 
@@ -25,6 +20,9 @@ class Mounts:
 
     v1_blkio: Path | None = None
     v2: Path | None = None
+    # the v1 hierarchies a trial cgroup can use (cgroups.trial): CPU time and freezing
+    v1_cpuacct: Path | None = None
+    v1_freezer: Path | None = None
     v2_controllers: list[str] = field(default_factory=list)
 
     @property
@@ -33,7 +31,7 @@ class Mounts:
 
 
 def mounts(text: str | None = None) -> Mounts:
-    """Parse mounts: the v1 hierarchy carrying blkio and the cgroup2 mount."""
+    """Parse mounts: the v1 hierarchies carrying blkio, cpuacct and freezer, and the cgroup2 mount."""
     text = MOUNTS.read_text() if text is None else text
     out = Mounts()
     for line in text.splitlines():
@@ -41,8 +39,13 @@ def mounts(text: str | None = None) -> Mounts:
         if len(parts) < 4:
             continue
         where, fstype, opts = Path(parts[1]), parts[2], parts[3].split(",")
-        if fstype == "cgroup" and "blkio" in opts and out.v1_blkio is None:
-            out.v1_blkio = where
+        if fstype == "cgroup":
+            if "blkio" in opts and out.v1_blkio is None:
+                out.v1_blkio = where
+            if "cpuacct" in opts and out.v1_cpuacct is None:
+                out.v1_cpuacct = where
+            if "freezer" in opts and out.v1_freezer is None:
+                out.v1_freezer = where
         elif fstype == "cgroup2" and out.v2 is None:
             out.v2 = where
     if out.v2 is not None:
@@ -91,47 +94,3 @@ def _bfq_loaded() -> bool:
         except OSError:
             continue
     return Path("/sys/module/bfq").exists()
-
-
-def backends_possible(m: Mounts, device: str | None = None) -> dict[str, str]:
-    """Each backend -> "ok" or the reason it cannot run here (for doctor and errors)."""
-    from iolab.cgroups.registry import BACKENDS
-
-    dev = resolve(device) if device else None
-    out = {}
-    for name, cls in BACKENDS.items():
-        reason = cls.unavailable_reason(m, dev)
-        out[name] = reason or "ok"
-    return out
-
-
-def describe(device: str | None = None) -> dict[str, Any]:
-    """Everything about cgroup I/O control here, JSON-able, for the manifest and `iolab doctor`."""
-    m = mounts()
-    info: dict[str, Any] = {
-        "kernel": os.uname().release,
-        "v1_blkio_mount": str(m.v1_blkio) if m.v1_blkio else None,
-        "v2_mount": str(m.v2) if m.v2 else None,
-        "v2_controllers": m.v2_controllers,
-        "v2_io_available": m.v2_io,
-        "mode": _mode(m),
-        "v1_files": v1_files(m.v1_blkio),
-        "v2_files": v2_files(m.v2, m.v2_controllers),
-        "iocost": bool(m.v2_io and m.v2 and (m.v2 / "io.cost.qos").exists()),
-    }
-    if device:
-        dev = resolve(device)
-        info["device"] = scheduler.queue_facts(dev)
-    info["backends"] = backends_possible(m, device)
-    return info
-
-
-def _mode(m: Mounts) -> str:
-    """'v1' (blkio on v1), 'v2' (io on the unified hierarchy), 'hybrid-v1', or 'none'."""
-    if m.v1_blkio and m.v2:
-        return "hybrid-v1"  # blkio bound to v1; cgroup2 mounted but without io
-    if m.v1_blkio:
-        return "v1"
-    if m.v2_io:
-        return "v2"
-    return "none"

@@ -103,6 +103,6 @@ def _clear_fake(path: Path) -> None:
 def _depth_first(group: Path) -> list[Path]:
     """Descendants before ancestors, so rmdir can go in list order."""
     out: list[Path] = []
-    for root, dirs, _files in os.walk(group, topdown=False):
+    for root, _dirs, _files in os.walk(group, topdown=False):
         out.append(Path(root))
     return out

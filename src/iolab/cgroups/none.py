@@ -11,21 +11,24 @@ BFQ's own stats stop when BFQ is not running; v2 uses io.stat as always.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
-from iolab.cgroups.base import Group
+from iolab.cgroups.base import Backend, Group
 from iolab.cgroups.v1 import V1Backend
 from iolab.cgroups.v2 import V2Backend
 
 
-class _NoneMixin:
+class _NoneMixin(Backend):
+    """Placed before V1Backend/V2Backend in the bases: its set_weight's super() is theirs."""
+
     scheduler = "none"
     weight_range = (1, 1000)
     default_weight = 100
     enforces_weights = False
-    tunables: dict[str, str] = {}
+    tunables: ClassVar[dict[str, str]] = {}
+    weight_file: ClassVar[str]  # each control names BFQ's weight file of its hierarchy
 
-    def set_weight(self: Any, group: Group, weight: int) -> None:
+    def set_weight(self, group: Group, weight: int) -> None:
         """Write and read back like BFQ; without the file (BFQ not loaded) only record it."""
         if (group.path / self.weight_file).exists():
             super().set_weight(group, weight)

@@ -2,8 +2,10 @@
 
 Weights only mean something to the scheduler that enforces them (BFQ for *.bfq.weight),
 and its tunables decide whether it honours them (BFQ's low_latency raises the weight of
-newly started queues). Every change is recorded in the ledger (kind "scheduler") before
-it is made, so a crash leaves enough to put the device back.
+newly started queues). Every change is a claim in the machine-wide record of the device
+(cgroups.queue_claims) and an entry in the ledger (kind "scheduler", one format:
+{queue, claim}) written before it is made, so a crash leaves enough to put the device back,
+and two runs sharing a device restore it only when the last of them ends.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from iolab.cgroups import fs
-from iolab.cgroups.device import BlockDev, resolve
+from iolab.cgroups import fs, queue_claims
+from iolab.cgroups.device import BlockDev, resolve, short_name
 from iolab.core.resources import Ledger, Resource
 
 # Queue attributes worth keeping in a manifest: they bound how much each group can queue.
@@ -26,55 +28,66 @@ def available(dev: BlockDev) -> list[str]:
 
 
 def current(dev: BlockDev) -> str:
-    for s in (dev.queue / "scheduler").read_text().split():
-        if s.startswith("["):
-            return s.strip("[]")
-    return "none"  # queues without a choice print just "none"
+    return current_of(dev.queue)  # queues without a choice print just "none"
 
 
-def select(dev: BlockDev, name: str, ledger: Ledger) -> Resource | None:
-    """Make `name` the scheduler; None when it already is (nothing to undo)."""
-    prev = current(dev)
-    if prev == name:
-        return None
+def select(dev: BlockDev, name: str, ledger: Ledger) -> Resource:
+    """Make `name` the scheduler, as a claim (cgroups.queue_claims): even when it already is,
+    so another run cannot switch it away while this one measures, and the original comes
+    back only when the last run holding the device ends."""
     if name not in available(dev):
         raise ValueError(f"{dev.name}: scheduler {name!r} not offered (have {available(dev)})")
-    res = ledger.add("scheduler", dev.name, queue=str(dev.queue), scheduler=prev)
-    fs.write_value(dev.queue / "scheduler", name)
-    if current(dev) != name:
-        raise RuntimeError(f"{dev.name}: scheduler still {current(dev)!r} after selecting {name!r}")
+    with ledger.creating("scheduler", dev.name, queue=str(dev.queue), claim=True) as res:
+        queue_claims.claim(dev, res.rid, scheduler=name)
     return res
 
 
 def set_tunables(dev: BlockDev, values: dict[str, Any], ledger: Ledger) -> Resource | None:
-    """Write scheduler tunables (iosched/*), recording the old values tied to this scheduler."""
+    """Write scheduler tunables (iosched/*) as a claim; read back, restored by the last holder."""
     if not values:
         return None
-    old = {k: fs.read_value(dev.iosched / k) for k in values}
-    res = ledger.add("scheduler", dev.name, queue=str(dev.queue), scheduler=current(dev),
-                     tunables=old)
-    for key, value in values.items():
-        fs.write_value(dev.iosched / key, str(value))
-        got = fs.read_value(dev.iosched / key)
-        if got != str(value):
-            raise RuntimeError(f"{dev.name}: {key} reads {got!r} after writing {value!r}")
+    with ledger.creating("scheduler", dev.name, queue=str(dev.queue), claim=True) as res:
+        queue_claims.claim(dev, res.rid, iosched={k: str(v) for k, v in values.items()})
     return res
 
 
-def undo(info: dict[str, Any]) -> None:
-    """Undo one ledger record: tunables only while the same scheduler is active, else the scheduler."""
-    queue = Path(info["queue"])
+def undo(res: Resource) -> None:
+    """Undo one ledger entry of kind "scheduler", in any format iolab ever wrote.
+
+    Current: {queue, claim: true} -> release the claim (restores if it was the last).
+    Before 0.2: {queue, scheduler[, tunables]} (cgroups) and {previous} (loop target):
+    put the recorded value back, tunables only while the same scheduler is active.
+    """
+    info = res.info
+    if info.get("claim"):
+        queue_claims.release(Path(str(info["queue"])), res.rid)
+        return
+    if "previous" in info:
+        queue = Path("/sys/block") / short_name(res.ident) / "queue"
+        if (queue / "scheduler").exists() and current_of(queue) != info["previous"]:
+            fs.write_value(queue / "scheduler", str(info["previous"]))
+        return
+    if "queue" not in info or "scheduler" not in info:
+        return  # nothing this iolab knows how to undo (a newer or damaged entry): leave the device alone
+    queue = Path(str(info["queue"]))
     if not (queue / "scheduler").exists():
         return  # the device is gone; nothing left to restore
-    dev = BlockDev(name=queue.parent.name, majmin="", queue=queue)
     if "tunables" in info:
-        if current(dev) != info["scheduler"]:
+        if current_of(queue) != info["scheduler"]:
             return  # the scheduler changed since; its iosched dir (and our values) are gone
-        for key, value in info["tunables"].items():
-            fs.write_value(dev.iosched / key, str(value))
+        for key, value in dict(info["tunables"]).items():
+            if (queue / "iosched" / key).exists():
+                fs.write_value(queue / "iosched" / key, str(value))
         return
-    if current(dev) != info["scheduler"]:
-        fs.write_value(queue / "scheduler", info["scheduler"])
+    if current_of(queue) != info["scheduler"]:
+        fs.write_value(queue / "scheduler", str(info["scheduler"]))
+
+
+def current_of(queue: Path) -> str:
+    for s in (queue / "scheduler").read_text().split():
+        if s.startswith("["):
+            return s.strip("[]")
+    return "none"
 
 
 def tunables(dev: BlockDev) -> dict[str, str]:

@@ -7,15 +7,16 @@ exception inside a `with` block, so no group and no scheduler change outlives th
 
 from __future__ import annotations
 
-import os
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from iolab.cgroups import detect, scheduler
+from iolab.cgroups import registry, scheduler
 from iolab.cgroups.base import Backend, Group
 from iolab.cgroups.counters import IoCounters
 from iolab.cgroups.registry import open_backend
+from iolab.core import owner as owners
 from iolab.core.resources import Ledger, Resource
 
 
@@ -26,7 +27,8 @@ class CgroupSession:
                  tunables: dict[str, Any] | None = None, backend: Backend | None = None):
         self.backend = backend or open_backend(name, device, ledger)
         self.ledger = ledger
-        self.runid = runid or f"{os.getpid()}-{int(time.time())}"
+        # the parent group is iolab-<runid>: the owner's tag in it tells a sweep whose it is
+        self.runid = runid or f"{owners.me().token}-{uuid.uuid4().hex[:6]}"
         self.tunables = {**self.backend.tunables, **(tunables or {})}
         self._sched: list[Resource] = []
         self.setup_s = 0.0
@@ -46,7 +48,7 @@ class CgroupSession:
                 self.backend.validate_weight(w)
         self.prepare_device()
         self.backend.create_parent(self.runid)
-        out = [self.backend.create_group(n, w) for n, w in zip(names, weights)]
+        out = [self.backend.create_group(n, w) for n, w in zip(names, weights, strict=True)]
         self.setup_s = time.monotonic() - t0
         return out
 
@@ -58,9 +60,9 @@ class CgroupSession:
             if res:
                 self._sched.append(res)
         if self.tunables and scheduler.current(dev) != "none":
-            res = scheduler.set_tunables(dev, self.tunables, self.ledger)
-            if res:
-                self._sched.append(res)
+            tuned = scheduler.set_tunables(dev, self.tunables, self.ledger)
+            if tuned:
+                self._sched.append(tuned)
 
     def procs_files(self) -> dict[str, str]:
         """Group name -> cgroup.procs path, for ExecRequest.cgroup_procs."""
@@ -85,7 +87,7 @@ class CgroupSession:
         return {"cgroups": self.backend.describe(),
                 "device": scheduler.queue_facts(self.backend.dev),
                 "tunables_set": dict(self.tunables), "setup_s": round(self.setup_s, 3),
-                "detect": detect.describe()}
+                "detect": registry.describe()}
 
     def __enter__(self) -> CgroupSession:
         return self

@@ -9,6 +9,7 @@ from __future__ import annotations
 from iolab.cgroups import fs
 from iolab.cgroups.base import Group
 from iolab.cgroups.v2 import V2Backend
+from iolab.cgroups.v2_iocost import qos_line
 
 LIMIT_KEYS = ("rbps", "wbps", "riops", "wiops")
 
@@ -35,6 +36,4 @@ class V2Max(V2Backend):
 
     def read_limits(self, group: Group) -> dict[str, str]:
         """The disk's io.max entry; {} when the group has no limit on it."""
-        from iolab.cgroups.v2_iocost import qos_line
-
         return qos_line(fs.read_value(group.path / "io.max"), self.dev.majmin)

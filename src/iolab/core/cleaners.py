@@ -1,17 +1,25 @@
-"""Cleaners for the generic kinds of resource: files, directories, mounts, loop devices.
+"""Cleaners for the generic kinds of resource: files, dirs, mounts, loop devices, load generators,
+and the processes a dead owner started.
 
-Each cleaner is idempotent: undoing something already gone is not an error.
+Each cleaner is idempotent (undoing something already gone is not an error) and accepts a
+*pending* entry, whose thing may or may not exist: a loop device is found by its backing
+file, a process an executor started by its cgroup leaf (made before the process, in the
+same pending window), a file or a mount by its path.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from iolab.core.resources import Resource, register_cleaner
+from iolab.cgroups import processes as cgroup_processes
+from iolab.core import owner as owners
+from iolab.core.resources import Resource, register_cleaner, register_owner_cleaner
 
 
 def _file(res: Resource) -> None:
@@ -45,41 +53,115 @@ def _mount(res: Resource) -> None:
     subprocess.run(["umount", "-l", res.ident], capture_output=True)
 
 
+# ---------------------------------------------------------------- loop devices
+
 def loop_backing_file(dev: str) -> str | None:
+    """The file a loop device serves, None when detached (' (deleted)' stripped)."""
     name = os.path.basename(dev)
     p = Path(f"/sys/block/{name}/loop/backing_file")
-    return p.read_text().strip() if p.exists() else None
+    try:
+        text = p.read_text().strip()
+    except OSError:
+        return None
+    return text.removesuffix(" (deleted)") if text else None
 
 
-def _loop(res: Resource) -> None:
-    """Detach only if the device still serves the image iolab attached (numbers get reused)."""
-    backing = loop_backing_file(res.ident)
-    if backing is None or (res.info.get("backing") and backing != res.info["backing"]):
-        return
-    r = subprocess.run(["losetup", "-d", res.ident], capture_output=True, text=True)
-    # losetup -d on a busy device only schedules the detach: wait until it really happened
+def attached_loops() -> list[tuple[str, str]]:
+    """(/dev/loopN, backing file) of every attached loop device, from sysfs."""
+    out = []
+    for d in sorted(Path("/sys/block").glob("loop*")):
+        backing = loop_backing_file(d.name)
+        if backing:
+            out.append((f"/dev/{d.name}", backing))
+    return out
+
+
+def loops_backed_by(image: str) -> list[str]:
+    """Loop devices serving `image` (how a pending loop entry finds what losetup made)."""
+    return [dev for dev, back in attached_loops() if back == image]
+
+
+def detach_loop(dev: str) -> None:
+    """losetup -d, and wait until the kernel really detached it (a busy device only gets autoclear)."""
+    r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
     for attempt in range(200):
-        if loop_backing_file(res.ident) is None:
+        if loop_backing_file(dev) is None:
             return
         time.sleep(0.1)
         if attempt % 10 == 9:
-            r = subprocess.run(["losetup", "-d", res.ident], capture_output=True, text=True)
-    raise RuntimeError(f"{res.ident} is still attached (busy?): {r.stderr.strip()}")
+            r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
+    raise RuntimeError(f"{dev} is still attached (busy?): {r.stderr.strip()}")
+
+
+def _loop(res: Resource) -> None:
+    """Detach only devices that still serve the image iolab attached (numbers get reused)."""
+    backing = res.info.get("backing")
+    devices: list[str] = []
+    if res.ident:
+        current = loop_backing_file(res.ident)
+        if current is not None and (not backing or current == backing):
+            devices.append(res.ident)
+    if backing:
+        devices += [d for d in loops_backed_by(str(backing)) if d not in devices]
+    for dev in devices:
+        detach_loop(dev)
+
+
+# ---------------------------------------------------------------- processes
+
+def kill_processes(procs: Iterable[owners.TaggedProcess], wait_s: float = 15.0) -> list[str]:
+    """SIGKILL each process that still is what was found (same pid, same start), wait until gone."""
+    procs = list(procs)
+    killed = []
+    for p in procs:
+        if owners.start_time(p.pid) != p.start:
+            continue
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+            killed.append(f"process {p.pid} ({os.path.basename(p.argv0) or '?'}, owner {p.owner.token})")
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(owners.is_alive(p.pid, p.start) for p in procs):
+        time.sleep(0.05)
+    return killed
+
+
+def kill_tagged(match: Callable[[owners.TaggedProcess], bool]) -> list[str]:
+    """Kill every process iolab started that `match` selects; repeated until none is left,
+    since a dying fio may still fork a job process."""
+    done: list[str] = []
+    for _ in range(5):
+        found = [p for p in owners.tagged_processes() if match(p)]
+        if not found:
+            break
+        done += kill_processes(found)
+    return done
+
+
+def kill_processes_of(dead: owners.Owner) -> list[str]:
+    """Owner cleaner: every process a dead owner started (fio, mkfs, qemu-img, QEMU, strace)."""
+    return kill_tagged(lambda p: p.owner == dead)
 
 
 def _pgroup(res: Resource) -> None:
-    """Kill a load generator and its job processes, unless the pid now belongs to someone else."""
-    from iolab.core.exec import kill_generator
+    """A process an executor started and everything it started: ended through its cgroup leaf.
 
-    pgid = int(res.ident)
-    try:
-        start = open(f"/proc/{pgid}/stat").read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        start = None
-    if start is not None and res.info.get("start") and start != res.info["start"]:
-        kill_generator(-1, res.info.get("workdir"))  # leader reused: only orphans in the work dir
+    A pending entry names the leaf too (it is made inside the pending window, before the
+    process), so whatever exists is in it. The leaf's kill group is the leaf itself, or the
+    group the process was placed in instead (v2: a weighted group inside the trial cgroup).
+    Entries of iolab before trial cgroups have no leaf: their processes are found by the
+    IOLAB_SPAWN tag they inherited."""
+    leaves = [Path(d) for d in res.info.get("cgroups") or []]
+    if not leaves:
+        spawn = res.info.get("spawn")
+        if spawn:
+            kill_tagged(lambda p: p.spawn == spawn)
         return
-    kill_generator(pgid, res.info.get("workdir"))
+    group = res.info.get("kill")
+    if group and owners.PREFIX in str(group):  # only ever a group iolab made
+        cgroup_processes.kill(Path(group))
+    cgroup_processes.destroy(leaves)
 
 
 register_cleaner("file", _file)
@@ -87,3 +169,4 @@ register_cleaner("dir", _dir)
 register_cleaner("mount", _mount)
 register_cleaner("loop", _loop)
 register_cleaner("pgroup", _pgroup)
+register_owner_cleaner(kill_processes_of)

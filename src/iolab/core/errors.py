@@ -27,6 +27,13 @@ class RefusedError(IolabError):
     exit_status = 2
 
 
+class InputError(IolabError):
+    """A file or place named on the command line cannot be used (not readable, not writable,
+    not a regular file, too large). Raised before anything is created (exit status 2)."""
+
+    exit_status = 2
+
+
 class CapabilityMissing(IolabError):
     """The machine lacks something a study needs (no QEMU, no cgroup controller...)."""
 

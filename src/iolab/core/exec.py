@@ -2,24 +2,31 @@
 
 A workload never calls subprocess itself; it asks the placement's executor. On the host
 that is a process in its own session (so Ctrl-C reaches iolab, which then stops it
-cleanly); in a guest it is the guest agent. This is what lets one study spec run on either.
+cleanly) and in a cgroup leaf of its own inside the trial's cgroup (cgroups.trial: its
+CPU time is read there and it is ended through it, whatever it forked); in a guest it is
+the guest agent. This is what lets one study spec run on either.
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from iolab.core.resources import Ledger
+from iolab.cgroups.trial import SpawnCgroup, TrialCgroup
+from iolab.core import owner as owners
+from iolab.core import signals
+from iolab.core.resources import Ledger, Resource
+from iolab.core.signals import STOP_SIGNALS
 
 
 @dataclass
@@ -30,7 +37,8 @@ class ExecRequest:
     timeout_s: float
     files: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
-    # cgroup.procs files the process joins before exec, so its first I/O is already charged.
+    # cgroup.procs files the process joins before exec (after its own leaf, cgroups.trial),
+    # so its first I/O is already charged
     cgroup_procs: list[str] = field(default_factory=list)
     # files to read back from the work dir after the run (e.g. fio --output)
     collect: list[str] = field(default_factory=list)
@@ -50,7 +58,8 @@ class ExecResult:
 
     @property
     def cpu_busy(self) -> float:
-        """CPU seconds of the generator (and its children) per wall second; 1.0 = one core."""
+        """CPU seconds of the generator and everything it started (on the host: its cgroup
+        leaf; in a guest: its and its children's rusage) per wall second; 1.0 = one core."""
         return (self.cpu_user_s + self.cpu_sys_s) / self.wall_s if self.wall_s > 0 else 0.0
 
     def tail(self, n: int = 800) -> str:
@@ -76,6 +85,11 @@ class Executor(ABC):
     @abstractmethod
     def spawn(self, req: ExecRequest) -> Running: ...
 
+    def within(self, cgroup: TrialCgroup | None) -> Executor:
+        """This executor, placing the host processes it starts in `cgroup` (a trial's). An
+        executor whose processes run elsewhere (a guest) is returned as it is."""
+        return self
+
     def run(self, req: ExecRequest) -> ExecResult:
         proc = self.spawn(req)
         try:
@@ -86,22 +100,28 @@ class Executor(ABC):
 
 
 class _HostRunning(Running):
-    def __init__(self, req: ExecRequest, workdir: Path):
+    """One process started on the host, in its own session and its own cgroup leaf.
+
+    The leaf (cgroups.trial.SpawnCgroup) holds the process and everything it starts, also
+    what escapes its session or is reparented (fio's job processes, a forked sleeper): the
+    CPU time of the result is read from it, and kill() ends the whole tree through it."""
+
+    def __init__(self, req: ExecRequest, workdir: Path, leaf: SpawnCgroup, spawn_tag: str | None = None):
         self.req = req
         self.workdir = workdir
+        self.leaf = leaf
         self.t0 = time.monotonic()
         self._out = tempfile.TemporaryFile(mode="w+b")
         self._err = tempfile.TemporaryFile(mode="w+b")
-        cgroups = list(req.cgroup_procs)
 
         def _child_setup() -> None:  # runs in the child between fork and exec
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-            for procs in cgroups:
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            leaf.join()  # its leaf first, then the groups asked for
 
         env = dict(os.environ)
         env.update(req.env)
+        if spawn_tag:  # inherited by every descendant: `iolab clean` also finds them by it
+            env[owners.ENV_SPAWN] = spawn_tag
         self.proc = subprocess.Popen(
             req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True, preexec_fn=_child_setup,
@@ -115,15 +135,19 @@ class _HostRunning(Running):
         deadline = self.t0 + self.req.timeout_s
         timed_out = False
         while True:
-            pid, status, ru = self._wait4(os.WNOHANG)
+            pid, status = self._wait(os.WNOHANG)
             if pid:
                 break
             if time.monotonic() > deadline:
                 timed_out = True
                 self.kill()
-                pid, status, ru = self._wait4(0)
+                pid, status = self._wait(0)
                 break
             time.sleep(0.02)
+        wall_s = time.monotonic() - self.t0
+        self.leaf.kill()  # children the leader left behind: the result is the whole tree's
+        _total, user_s, sys_s = self.leaf.cpu_times()
+        self.leaf.remove()
 
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         self._out.seek(0)
@@ -137,136 +161,104 @@ class _HostRunning(Running):
             argv=self.req.argv, returncode=self.proc.returncode,
             stdout=self._out.read().decode(errors="replace"),
             stderr=self._err.read().decode(errors="replace"),
-            wall_s=time.monotonic() - self.t0, cpu_user_s=ru.ru_utime if ru else 0.0,
-            cpu_sys_s=ru.ru_stime if ru else 0.0,
-            timed_out=timed_out, collected=collected,
+            wall_s=wall_s, cpu_user_s=user_s, cpu_sys_s=sys_s, timed_out=timed_out, collected=collected,
         )
         self._out.close()
         self._err.close()
-        if timed_out is False and group_alive(self.proc.pid):
-            self.kill()  # children the leader left behind
         if self.on_reaped:
             self.on_reaped()
         return self._result
 
-    def _wait4(self, flags: int) -> tuple[int, int, os.struct_rusage | None]:  # type: ignore[name-defined]
-        """os.wait4, tolerating a child already reaped by kill() or an interrupted earlier wait()."""
+    def _wait(self, flags: int) -> tuple[int, int]:
+        """os.waitpid, tolerating a child already reaped by kill() or an interrupted earlier wait()."""
         try:
-            pid, status, ru = os.wait4(self.proc.pid, flags)
-            return pid, status, ru
+            return os.waitpid(self.proc.pid, flags)
         except ChildProcessError:
-            return self.proc.pid, 9, None  # reaped elsewhere: report it as killed
+            return self.proc.pid, 9  # reaped elsewhere: report it as killed
 
     def kill(self) -> None:
-        """Kill the generator and everything it started, and wait until they are gone, so
-        nothing still holds the target's device when the target is torn down."""
-        kill_generator(self.proc.pid, str(self.workdir))
+        """Kill the process and everything it started (its cgroup leaf), and wait until they
+        are gone, so nothing still holds the target's device when the target is torn down."""
+        self.leaf.kill()
         try:
             os.waitpid(self.proc.pid, os.WNOHANG)
         except ChildProcessError:
             pass
 
 
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-def _proc_table() -> list[tuple[int, int, int, str]]:
-    """(pid, ppid, pgid, state) of every live process."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            out.append((int(entry), int(fields[1]), int(fields[2]), fields[0]))
-    return out
-
-
-def generator_pids(pgid: int, workdir: str | None) -> set[int]:
-    """The process group, its descendants, and anything running in the work dir.
-
-    fio puts each job process in a session of its own (setsid), so the group alone misses
-    them; after iolab itself was killed they are orphans, found by their working directory.
-    """
-    table = [p for p in _proc_table() if p[3] != "Z"]
-    pids = {pid for pid, _, grp, _ in table if grp == pgid}
-    grew = True
-    while grew:
-        more = {pid for pid, ppid, _, _ in table if ppid in pids or ppid == pgid} - pids
-        pids |= more
-        grew = bool(more)
-    if workdir:
-        for pid, _, _, _ in table:
-            try:
-                if os.readlink(f"/proc/{pid}/cwd") == workdir:
-                    pids.add(pid)
-            except OSError:
-                continue
-    pids.discard(os.getpid())
-    return pids
-
-
-def kill_generator(pgid: int, workdir: str | None, wait_s: float = 30) -> None:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        pids = generator_pids(pgid, workdir)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-
-
-def group_alive(pgid: int) -> bool:
-    return bool(generator_pids(pgid, None))
-
-
 class HostExecutor(Executor):
     """Runs commands on the host in a private work dir removed at close().
 
-    With a ledger, the work dir and every process group are recorded, so `iolab clean`
-    after a kill -9 of iolab also stops orphaned load generators and removes the dir.
+    Every process goes into a cgroup leaf of its own (cgroups.trial): inside the trial's
+    cgroup when the executor was given one (`within()`, the runner does it per trial),
+    else at the hierarchy root. With a ledger, the work dir and every process are recorded
+    *before* they are created (pending entries), so `iolab clean` after a kill -9 of iolab
+    at any instant also ends orphaned processes (through their cgroup) and removes the dir.
+    The work dir's name carries the owner's tag (core.owner), so `iolab clean --all` of any
+    data dir knows whose it is.
     """
 
     name = "host"
 
-    def __init__(self, parent: Path | None = None, ledger: Ledger | None = None):
-        if parent is not None:
-            parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, parent: Path | None = None, ledger: Ledger | None = None,
+                 cgroup: TrialCgroup | None = None):
+        parent = parent if parent is not None else Path(tempfile.gettempdir())
+        parent.mkdir(parents=True, exist_ok=True)
         self.ledger = ledger
-        self.workdir = Path(tempfile.mkdtemp(prefix="iolab-work-", dir=parent))
-        self._dir_res = ledger.add("dir", str(self.workdir), recursive=True) if ledger else None
+        self.cgroup = cgroup
+        self.workdir = parent / owners.tag("work", uuid.uuid4().hex[:8])
+        self._dir_res: Resource | None = None
+        self._owns_workdir = True
+        if ledger is None:
+            self.workdir.mkdir(mode=0o700)
+        else:
+            with ledger.creating("dir", str(self.workdir), recursive=True) as res:
+                self.workdir.mkdir(mode=0o700)
+            self._dir_res = res
+
+    def within(self, cgroup: TrialCgroup | None) -> HostExecutor:
+        """This executor (same work dir and ledger), placing what it starts in `cgroup`."""
+        view = copy.copy(self)
+        view.cgroup = cgroup
+        view._owns_workdir = False  # the work dir stays the original's to remove
+        return view
 
     def spawn(self, req: ExecRequest) -> Running:
         for name, text in req.files.items():
             (self.workdir / name).write_text(text)
-        # Ctrl-C must not land between fork and the ledger entry: the child would be untracked.
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        try:
-            running = _HostRunning(req, self.workdir)
-            if self.ledger:
-                res = self.ledger.add("pgroup", str(running.proc.pid), start=_start_time(running.proc.pid),
-                                      workdir=str(self.workdir))
-                running.on_reaped = lambda: self.ledger.forget(res) if self.ledger else None
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        tag = uuid.uuid4().hex[:16]
+        leaf = self.cgroup.spawn_group(tag) if self.cgroup is not None else SpawnCgroup.standalone(tag)
+        leaf.place(req.cgroup_procs)
+        if self.ledger is None:
+            with signals.held():
+                leaf.make()
+                return _started(req, self.workdir, leaf, tag)
+        ledger = self.ledger
+        with ledger.creating("pgroup", "", spawn=tag, **leaf.ledger_info()) as res:
+            leaf.make()
+            running = _started(req, self.workdir, leaf, tag)
+            ledger.update(res, ident=str(running.proc.pid), start=_start_time(running.proc.pid))
+        running.on_reaped = lambda: ledger.forget(res)
         return running
 
     def close(self) -> None:
-        import shutil
-
+        if not self._owns_workdir:
+            return
         shutil.rmtree(self.workdir, ignore_errors=True)
         if self.ledger and self._dir_res:
             self.ledger.forget(self._dir_res)
             self._dir_res = None
 
 
-def _start_time(pid: int) -> str:
+def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str) -> _HostRunning:
+    """Popen in the leaf made just before; a Popen that fails leaves no leaf behind."""
     try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+        return _HostRunning(req, workdir, leaf, tag)
+    except BaseException:
+        leaf.remove()
+        raise
+
+
+def _start_time(pid: int) -> str:
+    start = owners.start_time(pid)
+    return "" if start is None else str(start)

@@ -52,3 +52,4 @@ class TrialResult:
     flags: list[str] = field(default_factory=list)
     started: float = 0.0
     ended: float = 0.0
+    traceback: str | None = None  # where an unexpected exception failed the trial

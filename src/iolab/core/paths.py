@@ -25,6 +25,13 @@ def ledger_dir() -> Path:
     return data_dir() / "ledger"
 
 
+def run_dir() -> Path:
+    """Machine-wide state shared by every iolab process, whatever its data dir ($IOLAB_RUN, else
+    /run/iolab): the per-device records of scheduler changes (cgroups.queue_claims). On tmpfs,
+    so it goes with a reboot, as do the settings it records."""
+    return Path(os.environ.get("IOLAB_RUN") or "/run/iolab")
+
+
 def scratch_dir() -> Path:
     """Scratch images and files; on disk, not tmpfs ($IOLAB_SCRATCH, else /var/tmp/iolab)."""
     return Path(os.environ.get("IOLAB_SCRATCH") or "/var/tmp/iolab")

@@ -14,6 +14,7 @@ TARGETS: dict[str, str] = {
     "device": "iolab.targets.blockdev:BlockDeviceTarget",
     "qemu": "iolab.targets.qemu_guest:QemuGuestTarget",
     "cgroups": "iolab.targets.cgroup_set:CgroupSetTarget",
+    "fleet": "iolab.targets.fleet:FleetTarget",
 }
 
 WORKLOADS: dict[str, str] = {

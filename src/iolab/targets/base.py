@@ -3,16 +3,25 @@
 A target kind is one module with one class that fills in this table of operations
 (like an fio ioengine): describe() for --dry-run, setup() to create, teardown() to undo.
 Everything setup() creates is recorded in the ledger first, so a crash can be cleaned.
+
+A workload sees a prepared target only through this module: the `Placement` setup()
+returns, its executor, and the narrow capabilities a placement may offer (today
+`WeightedGroups`, from the `cgroups` target). It never imports a target's module.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from iolab.cgroups.base import Group
+from iolab.cgroups.counters import IoCounters
+from iolab.cgroups.trial import TrialCgroup
+from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import Executor
 from iolab.core.resources import Ledger
 
@@ -24,6 +33,72 @@ class TargetParams(BaseModel):
     kind: str
 
 
+class WeightedGroups(Protocol):
+    """Weighted cgroups on the target's device, made and removed by a workload per trial.
+
+    What a workload needs from a `cgroups` target and nothing more: every group lives under
+    the target's own parent group (in the ledger), so what a trial fails to remove is still
+    removed at teardown, on Ctrl-C and by `iolab clean`."""
+
+    @property
+    def controller(self) -> str:
+        """The backend's name, e.g. "v1-bfq" or "v2-none"."""
+
+    @property
+    def enforces_weights(self) -> bool:
+        """False for the negative control (scheduler none): weights are written but not honoured."""
+
+    @property
+    def scheduler(self) -> str | None:
+        """The device scheduler the controller runs on ("bfq"), None if it leaves it alone."""
+
+    def create_groups(self, weights: Sequence[int], tag: str) -> list[Group]:
+        """One group per weight, named `<tag>-g<i>`, each weight written and read back; all or none."""
+
+    def create_group(self, name: str, weight: int) -> Group:
+        """One more group (e.g. an application beside the load), its weight read back."""
+
+    def remove_groups(self, groups: Sequence[Group]) -> list[str]:
+        """Remove groups now (their tasks move to the root); errors returned, never raised."""
+
+    def procs_file(self, group: Group) -> str:
+        """The file a process joins the group through (ExecRequest.cgroup_procs)."""
+
+    def read_counters(self, group: Group) -> IoCounters:
+        """The kernel's cumulative I/O counters of the group on the target's device."""
+
+    def pids(self, group: Group) -> list[int]:
+        """The processes in the group now (not its descendants' groups)."""
+
+    def nr_requests(self) -> int | None:
+        """The device queue's request (scheduler tag) limit now, None if unreadable."""
+
+    def within(self, trial: TrialCgroup | None) -> WeightedGroups:
+        """The same groups for one trial: made where its processes stay in the trial cgroup
+        (inside it where trials share the hierarchy, v2; Backend.groups_parent)."""
+
+
+@dataclass
+class FleetRun:
+    """One fio job run on every host of a fleet: metrics (the aggregate under fio's names,
+    `host:<name>:...` per host), fio's output, the per-host job texts, flags, trial facts."""
+
+    metrics: dict[str, float]
+    raw: Any
+    job_text: str
+    flags: list[str]
+    facts: dict[str, Any]
+
+
+class FioFleet(Protocol):
+    """fio's client/server mode on many hosts (the `fleet` target): `render` gives a host's
+    job from that host's placement (its own device or file); `prefill_size` asks for its
+    file to be written once first (reads of a sparse file never reach the disk)."""
+
+    def run_fio(self, render: Callable[[Placement], str], timeout_s: float,
+                prefill_size: int | None) -> FleetRun: ...
+
+
 @dataclass
 class Placement:
     """What a prepared target offers a workload.
@@ -33,7 +108,13 @@ class Placement:
     executor:      where to run commands (host or guest agent)
     host_device:   the host block device whose counters the probes read (e.g. "loop3"), if any
     guest_device:  the block device inside a guest, if any
-    manifest:      facts about this target for the trial manifest (scheduler, image info, ...)
+    manifest:      facts about this target for every trial's manifest (scheduler, image info, ...),
+                   written by the target only: a trial's own entries are WorkloadResult.manifest
+    weighted_groups: weighted cgroups on the device (the `cgroups` target), else None
+    extras:        target-specific handles for probes (a VM, its QMP socket, ...)
+    trial_cgroup:  the running trial's cgroup (cgroups.trial), set by the runner on the
+                   placement it hands a trial: every host process of the trial is in it
+                   (`cpu_seconds()`); None outside a trial
     """
 
     executor: Executor
@@ -43,7 +124,21 @@ class Placement:
     guest_device: str | None = None
     is_block_device: bool = False
     manifest: dict[str, Any] = field(default_factory=dict)
+    weighted_groups: WeightedGroups | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    trial_cgroup: TrialCgroup | None = None
+    fio_fleet: FioFleet | None = None  # fio jobs run on a fleet's hosts instead (the `fleet` target)
+
+    def within(self, cgroup: TrialCgroup | None) -> Placement:
+        """This placement for one trial: the executor places host processes in `cgroup`.
+        The manifest and extras dicts are shared, not copied."""
+        return replace(self, executor=self.executor.within(cgroup), trial_cgroup=cgroup)
+
+    def require_weighted_groups(self) -> WeightedGroups:
+        """The placement's weighted groups, or CapabilityMissing naming the target to use."""
+        if self.weighted_groups is None:
+            raise CapabilityMissing("this workload needs the `cgroups` target (kind = \"cgroups\")")
+        return self.weighted_groups
 
 
 class Target(ABC):
@@ -65,10 +160,10 @@ class Target(ABC):
     def teardown(self) -> None:
         """Undo setup(); must be safe to call after a partial setup and more than once."""
 
-    def preflight(self) -> None:
+    def preflight(self) -> None:  # noqa: B027 -- optional hook: most targets need no check
         """Checks that must pass before anything at all is created (e.g. the data-safety guard)."""
 
-    def reset_between_trials(self, placement: Placement) -> None:
+    def reset_between_trials(self, placement: Placement) -> None:  # noqa: B027 -- optional hook
         """Bring the target back to a known state before the next trial (default: nothing)."""
 
     def sharing_key(self) -> str:

@@ -1,52 +1,46 @@
 """A real block device, guarded: never destroy a disk that holds data by accident.
 
-A device with a partition table, a filesystem signature, a mount or a holder is refused
-unless the user names that exact device in `--destroy-data DEVICE`.
+The guard is `core.diskguard` (the same one the `cgroups` target and imported fio job files
+use): the device is identified by its device number, and one with partitions, a signature,
+a mount, a holder or swap use (or a partition of a disk in use) is refused unless the user
+names it in `--destroy-data DEVICE`.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from typing import ClassVar, Literal
 
 from pydantic import field_validator
 
-from iolab.core import paths
-from iolab.core.errors import RefusedError
+from iolab.core import diskguard, paths
 from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.targets import blockinfo
 from iolab.targets.base import Placement, Target, TargetParams
 
-# Devices the user explicitly allowed to be overwritten (set from --destroy-data).
-DESTROY_ALLOWED: set[str] = set()
+
+def device_path(v: object) -> str:
+    """Spec validation of a device-like value: the /dev path of the block device it names."""
+    try:
+        return diskguard.block_device(v).path
+    except ValueError as exc:
+        raise ValueError(f"{v!r} {exc}") from None
+
+
+def check_device_is_free(device: str) -> None:
+    """Raise RefusedError when the device shows any sign of holding data (core.diskguard)."""
+    diskguard.check_free(device)
 
 
 class BlockDeviceParams(TargetParams):
     kind: Literal["device"] = "device"
     device: str
 
-    @field_validator("device")
+    @field_validator("device", mode="before")
     @classmethod
-    def _is_block(cls, v: str) -> str:
-        try:
-            mode = os.stat(v).st_mode
-        except FileNotFoundError:
-            raise ValueError(f"{v!r} does not exist") from None
-        if not stat.S_ISBLK(mode):
-            raise ValueError(f"{v!r} is not a block device")
-        return os.path.realpath(v)
-
-
-def check_device_is_free(device: str) -> None:
-    """Raise RefusedError when the device shows any sign of holding data."""
-    real = os.path.realpath(device)
-    signs = blockinfo.data_signs(real)
-    if signs and real not in {os.path.realpath(d) for d in DESTROY_ALLOWED}:
-        raise RefusedError(
-            f"refusing to use {device}: it {'; it '.join(signs)}. Its data would be destroyed. "
-            f"If that is really what you want, pass --destroy-data {device}")
+    def _is_block(cls, v: object) -> str:
+        return device_path(v)
 
 
 class BlockDeviceTarget(Target):

@@ -1,9 +1,8 @@
-"""Facts about a host block device: for manifests, probes and the data-safety guard."""
+"""Facts about a host block device, for manifests and probes (the data-safety guard is core.diskguard)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -57,30 +56,3 @@ def device_of_path(path: str) -> str | None:
     major, minor = os.major(st.st_dev), os.minor(st.st_dev)
     link = Path(f"/sys/dev/block/{major}:{minor}")
     return os.path.basename(os.path.realpath(link)) if link.exists() else None
-
-
-def data_signs(dev: str) -> list[str]:
-    """Reasons to believe a device holds data: partitions, signatures, mounts, holders."""
-    name = os.path.basename(os.path.realpath(dev))
-    signs = []
-    base = sysfs(name)
-    parts = [p.name for p in base.iterdir() if p.name.startswith(name) and (p / "partition").exists()] \
-        if base.exists() else []
-    if parts:
-        signs.append(f"has partitions: {', '.join(sorted(parts))}")
-    holders = list((base / "holders").iterdir()) if (base / "holders").exists() else []
-    if holders:
-        signs.append(f"is in use by {', '.join(h.name for h in holders)}")
-    real = os.path.realpath(dev)
-    with open("/proc/mounts") as f:
-        for line in f:
-            src, mnt = line.split()[:2]
-            if os.path.realpath(src) == real or any(os.path.realpath(src) == f"/dev/{p}" for p in parts):
-                signs.append(f"is mounted at {mnt}")
-    probe = subprocess.run(["blkid", "-p", "-o", "export", dev], capture_output=True, text=True)
-    fields = dict(line.split("=", 1) for line in probe.stdout.splitlines() if "=" in line)
-    if fields.get("TYPE"):
-        signs.append(f"holds a {fields['TYPE']} signature")
-    if fields.get("PTTYPE"):
-        signs.append(f"holds a {fields['PTTYPE']} partition table")
-    return signs

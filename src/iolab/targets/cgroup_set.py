@@ -4,35 +4,40 @@ setup() makes the device (iolab's pre-filled scratch loop device by default, or 
 device behind the data-safety guard), selects the controller's scheduler and tunables
 and creates iolab's parent group; all of it is in the ledger before it is relied on, so
 teardown, Ctrl-C and `iolab clean` undo it the same way. The groups themselves belong to
-a trial: the workload creates them with `create_groups` (weights shuffled per trial) and
-removes them with `remove_groups`, so every trial starts from an empty parent.
+a trial: the placement offers them as `WeightedGroups` (targets/base.py), through which a
+workload creates them (weights shuffled per trial) and removes them, so every trial starts
+from an empty parent.
 """
 
 from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iolab.cgroups import cleanup as _cleanup  # noqa: F401  (registers the cgroup/scheduler cleaners)
-from iolab.cgroups import detect, scheduler
+from iolab.cgroups import (
+    cleanup as _cleanup,  # noqa: F401  (registers the cgroup/scheduler cleaners)
+)
+from iolab.cgroups import fs as cgfs
+from iolab.cgroups import registry, scheduler
 from iolab.cgroups.base import Group
+from iolab.cgroups.counters import IoCounters
 from iolab.cgroups.device import resolve
 from iolab.cgroups.registry import ALIASES, BACKENDS
 from iolab.cgroups.session import CgroupSession
+from iolab.cgroups.trial import TrialCgroup
 from iolab.core import paths
 from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.core.units import format_size, parse_size
 from iolab.targets import blockinfo
-from iolab.targets.base import Placement, Target, TargetParams
-from iolab.targets.blockdev import check_device_is_free
+from iolab.targets.base import Placement, Target, TargetParams, WeightedGroups
+from iolab.targets.blockdev import check_device_is_free, device_path
 from iolab.targets.loop import ScratchLoop, create_scratch_loop, release_scratch_loop
 
 CONTROLLERS = sorted({"auto", *ALIASES, *BACKENDS})
@@ -57,6 +62,12 @@ class CgroupSetParams(TargetParams):
             raise ValueError(f"expected one of {', '.join(CONTROLLERS)}, got {v!r}")
         return v
 
+    @field_validator("device", mode="before")
+    @classmethod
+    def _device(cls, v: Any) -> str | None:
+        """The block device by its number: a regular file, a /sys path or a symlink never selects a disk."""
+        return None if v is None else device_path(v)
+
     @field_validator("size", "data_size", mode="before")
     @classmethod
     def _size(cls, v: Any) -> int:
@@ -66,7 +77,7 @@ class CgroupSetParams(TargetParams):
         return n
 
     @model_validator(mode="after")
-    def _fs_on_scratch_only(self) -> "CgroupSetParams":
+    def _fs_on_scratch_only(self) -> CgroupSetParams:
         if self.device and self.filesystem != "none":
             raise ValueError("filesystem is only made on iolab's scratch loop device, not on a given device")
         if self.filesystem != "none" and self.data_size > self.size - (128 << 20):
@@ -88,7 +99,7 @@ def resolve_controller(name: str, device: str) -> str:
         return name
     if "bfq" in scheduler.available(resolve(device)):
         return "bfq"
-    if detect.describe().get("iocost"):
+    if registry.describe().get("iocost"):
         return "iocost"
     raise CapabilityMissing(f"no weight-enforcing cgroup I/O controller for {device}: no BFQ, no iocost")
 
@@ -123,13 +134,13 @@ class CgroupSetTarget(Target):
         p = self.params
         if p.device:
             check_device_is_free(p.device)
-            device = os.path.realpath(p.device)
+            device = p.device  # already the /dev path of the device (validated by number)
         else:
             self.loop = create_scratch_loop(self.ledger, p.size, filesystem=p.filesystem, label="cgroups")
             device = self.loop.device
         controller = resolve_controller(p.controller, device)
         t0 = time.monotonic()
-        self.session = CgroupSession(controller, device, self.ledger, runid=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+        self.session = CgroupSession(controller, device, self.ledger,
                                      tunables=dict(p.tunables))
         self.session.prepare_device()
         self.session.backend.create_parent(self.session.runid)
@@ -138,7 +149,7 @@ class CgroupSetTarget(Target):
         dev = os.path.basename(device)
         manifest = {"target": "cgroups", "controller": controller, "requested_controller": p.controller,
                     "queue": blockinfo.queue_settings(dev), **self.session.manifest()}
-        extras: dict[str, Any] = {"cgroup_session": self.session}
+        groups: WeightedGroups = SessionGroups(self.session)  # mypy checks the whole protocol here
         if self.loop:
             manifest["image"] = str(self.loop.image)
             manifest["backing_device"] = blockinfo.device_of_path(str(self.loop.image))
@@ -147,9 +158,9 @@ class CgroupSetTarget(Target):
             write_data_file(data, p.data_size)
             manifest["data_file"] = {"path": str(data), "size": p.data_size, "filesystem": p.filesystem}
             return Placement(executor=self.executor, path=str(data), directory=str(self.loop.mountpoint),
-                             host_device=dev, manifest=manifest, extras=extras)
+                             host_device=dev, manifest=manifest, weighted_groups=groups)
         return Placement(executor=self.executor, path=device, host_device=dev, is_block_device=True,
-                         manifest=manifest, extras=extras)
+                         manifest=manifest, weighted_groups=groups)
 
     def teardown(self) -> None:
         """Groups, then tunables and scheduler, then the loop device; safe to call twice."""
@@ -180,33 +191,64 @@ def write_data_file(path: Path, size: int) -> None:
         os.close(fd)
 
 
-def create_groups(session: CgroupSession, weights: Sequence[int], tag: str) -> list[Group]:
-    """One group per weight under the session's parent, each weight written and read back."""
-    backend = session.backend
-    made: list[Group] = []
-    try:
-        for i, w in enumerate(weights):
-            made.append(backend.create_group(f"{tag}-g{i:03d}", w))
-    except BaseException:
-        remove_groups(session, made)
-        raise
-    return made
+class SessionGroups:
+    """The target's `WeightedGroups`: trial groups under the session's parent group, or
+    inside the trial cgroup where trials share the hierarchy (v2, Backend.groups_parent)."""
 
+    def __init__(self, session: CgroupSession, trial: TrialCgroup | None = None):
+        self._session = session
+        self._trial = trial
 
-def remove_groups(session: CgroupSession, groups: Sequence[Group]) -> list[str]:
-    """Remove the trial's groups (tasks moved to the root); errors returned, not raised."""
-    errors = []
-    for g in groups:
+    def within(self, trial: TrialCgroup | None) -> SessionGroups:
+        return SessionGroups(self._session, trial)
+
+    @property
+    def controller(self) -> str:
+        return self._session.backend.name
+
+    @property
+    def enforces_weights(self) -> bool:
+        return self._session.backend.enforces_weights
+
+    @property
+    def scheduler(self) -> str | None:
+        return self._session.backend.scheduler
+
+    def create_groups(self, weights: Sequence[int], tag: str) -> list[Group]:
+        made: list[Group] = []
         try:
-            session.backend.remove_group(g)
-        except OSError as exc:
-            errors.append(f"{g.path}: {exc}")
-    return errors
+            for i, w in enumerate(weights):
+                made.append(self.create_group(f"{tag}-g{i:03d}", w))
+        except BaseException:
+            self.remove_groups(made)
+            raise
+        return made
 
+    def create_group(self, name: str, weight: int) -> Group:
+        backend = self._session.backend
+        return backend.create_group(name, weight, backend.groups_parent(self._trial))
 
-def session_of(placement: Placement) -> CgroupSession:
-    s = placement.extras.get("cgroup_session")
-    if not isinstance(s, CgroupSession):
-        raise CapabilityMissing("this workload needs the `cgroups` target (kind = \"cgroups\")")
-    return s
+    def remove_groups(self, groups: Sequence[Group]) -> list[str]:
+        errors = []
+        for g in groups:
+            try:
+                self._session.backend.remove_group(g)
+            except OSError as exc:
+                errors.append(f"{g.path}: {exc}")
+        return errors
+
+    def procs_file(self, group: Group) -> str:
+        return self._session.backend.procs_file(group)
+
+    def read_counters(self, group: Group) -> IoCounters:
+        return self._session.backend.read_counters(group)
+
+    def pids(self, group: Group) -> list[int]:
+        return cgfs.pids(group.path)
+
+    def nr_requests(self) -> int | None:
+        try:
+            return int((self._session.backend.dev.queue / "nr_requests").read_text())
+        except (OSError, ValueError):
+            return None
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 import iolab.core.cleaners  # noqa: F401
-from iolab.core import paths
+from iolab.core import owner, paths
 from iolab.core.exec import HostExecutor
+from iolab.core.inputs import path_problem
 from iolab.core.resources import Ledger, Resource
 from iolab.targets import blockinfo
 from iolab.targets.base import Placement, Target, TargetParams
@@ -28,6 +29,9 @@ class HostDirParams(TargetParams):
     @field_validator("directory")
     @classmethod
     def _exists(cls, v: str | None) -> str | None:
+        problem = None if v is None else path_problem(v)
+        if problem:
+            raise ValueError(f"the path {problem}")
         if v is not None and not Path(v).is_dir():
             raise ValueError(f"directory {v!r} does not exist")
         return None if v is None else str(Path(v).resolve())
@@ -52,13 +56,14 @@ class HostDirTarget(Target):
         directory = self.params.directory
         if directory is None:
             paths.scratch_dir().mkdir(parents=True, exist_ok=True)
-            d = paths.scratch_dir() / f"iolab-host-{uuid.uuid4().hex[:8]}"
-            self.made = self.ledger.add("dir", str(d), recursive=True)
-            d.mkdir()
+            d = paths.scratch_dir() / owner.tag("host", uuid.uuid4().hex[:8])  # whose it is, for clean --all
+            with self.ledger.creating("dir", str(d), recursive=True) as made:
+                d.mkdir()
+            self.made = made
             directory = str(d)
         self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
         dev = blockinfo.device_of_path(directory)
-        manifest = {"target": "host", "directory": directory, "filesystem": _fstype(directory)}
+        manifest: dict[str, Any] = {"target": "host", "directory": directory, "filesystem": _fstype(directory)}
         if dev:
             manifest["queue"] = blockinfo.queue_settings(dev)
         return Placement(executor=self.executor, directory=directory, host_device=dev, manifest=manifest)

@@ -18,7 +18,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 import iolab.core.cleaners  # noqa: F401  (registers the cleaners this target relies on)
-from iolab.core import paths
+from iolab.cgroups import (
+    cleanup as _cgroup_cleaners,  # noqa: F401  (registers the "scheduler" cleaner)
+)
+from iolab.cgroups import scheduler as sched
+from iolab.cgroups.device import resolve
+from iolab.core import owner, paths, sizing
 from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger, Resource
@@ -57,26 +62,46 @@ class ScratchLoop:
 
 def create_scratch_loop(ledger: Ledger, size: int, *, filesystem: str = "none", direct_io: bool = True,
                         sector_size: int = 512, prefill: bool = True, label: str = "loop") -> ScratchLoop:
-    """Image file -> loop device -> optional ext4 mounted. Also used by VM and cgroup targets."""
+    """Image file -> loop device -> optional ext4 mounted. Also used by VM and cgroup targets.
+
+    Every step is a pending ledger entry before it happens (core.resources.Ledger.creating),
+    so a kill at any instant leaves nothing `iolab clean` cannot find: the loop device by
+    its backing file, the mount by its path. Names carry the owner's tag (core.owner).
+    """
     scratch = paths.scratch_dir()
     scratch.mkdir(parents=True, exist_ok=True)
-    tag = f"iolab-{label}-{uuid.uuid4().hex[:8]}"
+    tag = owner.tag(label, uuid.uuid4().hex[:8])
     image = scratch / f"{tag}.img"
     _check_space(scratch, size)
-    made = [ledger.add("file", str(image))]
-    _write_image(image, size, prefill)
-    dev = _attach(image, direct_io, sector_size)
-    made.append(ledger.add("loop", dev, backing=str(image)))
-    mnt = None
-    if filesystem == "ext4":
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev],
-                       check=True, capture_output=True)
-        mnt = scratch / f"{tag}.mnt"
-        mnt.mkdir()
-        made.append(ledger.add("dir", str(mnt)))
-        subprocess.run(["mount", dev, str(mnt)], check=True, capture_output=True)
-        made.append(ledger.add("mount", str(mnt)))
-    return ScratchLoop(device=dev, image=image, mountpoint=mnt, resources=made)
+    made: list[Resource] = []
+    loop = ScratchLoop(device="", image=image, mountpoint=None, resources=made)
+    try:
+        with ledger.creating("file", str(image)) as res:
+            fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        made.append(res)
+        _fill_image(fd, size, prefill)
+        with ledger.creating("loop", "", backing=str(image)) as res:
+            loop.device = _attach(image, direct_io, sector_size)
+            ledger.update(res, ident=loop.device)
+        made.append(res)
+        if filesystem == "ext4":
+            subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", loop.device],
+                           check=True, capture_output=True)
+            mnt = scratch / f"{tag}.mnt"
+            with ledger.creating("dir", str(mnt)) as res:
+                mnt.mkdir()
+            made.append(res)
+            with ledger.creating("mount", str(mnt)) as res:
+                subprocess.run(["mount", loop.device, str(mnt)], check=True, capture_output=True)
+            made.append(res)
+            loop.mountpoint = mnt
+    except BaseException:
+        try:
+            release_scratch_loop(ledger, loop)
+        except Exception:
+            pass  # what is left stays in the ledger: the runner's release_all or `iolab clean` retries
+        raise
+    return loop
 
 
 def release_scratch_loop(ledger: Ledger, loop: ScratchLoop) -> None:
@@ -86,16 +111,15 @@ def release_scratch_loop(ledger: Ledger, loop: ScratchLoop) -> None:
 
 
 def _check_space(directory: Path, size: int) -> None:
-    st = os.statvfs(directory)
-    free = st.f_bavail * st.f_frsize
-    if free < size + (256 << 20):
-        raise CapabilityMissing(f"not enough space in {directory} for a {format_size(size)} scratch image "
-                                f"({format_size(free)} free); set IOLAB_SCRATCH to a larger directory")
+    """Refuse an image the scratch filesystem cannot hold (also called by preflights, before
+    anything exists, so a study stops before its first target rather than in the middle)."""
+    problem = sizing.space_problem(size, sizing.free_bytes(directory), str(directory))
+    if problem:
+        raise CapabilityMissing(problem)
 
 
-def _write_image(image: Path, size: int, prefill: bool) -> None:
-    """Fill with non-zero data so nothing reads holes; O_EXCL so an existing file is never clobbered."""
-    fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def _fill_image(fd: int, size: int, prefill: bool) -> None:
+    """Fill with non-zero data so nothing reads holes (the file was opened O_EXCL: never someone else's)."""
     try:
         if not prefill:
             os.ftruncate(fd, size)
@@ -119,18 +143,13 @@ def _attach(image: Path, direct_io: bool, sector_size: int) -> str:
     return r.stdout.strip()
 
 
-def set_scheduler(ledger: Ledger, dev: str, scheduler: str) -> Resource | None:
-    """Switch the I/O scheduler, recording the old one so any exit restores it."""
-    path = blockinfo.sysfs(dev) / "queue" / "scheduler"
-    current = path.read_text()
-    active = current.split("[", 1)[1].split("]", 1)[0] if "[" in current else current.strip()
-    if active == scheduler:
-        return None
-    if scheduler not in current.replace("[", " ").replace("]", " ").split():
-        raise CapabilityMissing(f"scheduler {scheduler} is not available on {dev} (has: {current.strip()})")
-    res = ledger.add("scheduler", os.path.basename(dev), previous=active)
-    path.write_text(scheduler)
-    return res
+def set_scheduler(ledger: Ledger, dev: str, scheduler: str) -> Resource:
+    """Switch the I/O scheduler through the machine-wide claim (restored when the last holder ends)."""
+    device = resolve(dev)
+    if scheduler not in sched.available(device):
+        raise CapabilityMissing(f"scheduler {scheduler} is not available on {dev} "
+                                f"(has: {', '.join(sched.available(device))})")
+    return sched.select(device, scheduler, ledger)
 
 
 class LoopTarget(Target):
@@ -155,6 +174,9 @@ class LoopTarget(Target):
             lines.append(f"sets the loop device's scheduler to {p.scheduler} (restored afterwards)")
         lines.append("removes all of it at the end, also on failure or Ctrl-C")
         return lines
+
+    def preflight(self) -> None:
+        _check_space(paths.scratch_dir(), self.params.size)
 
     def setup(self) -> Placement:
         p = self.params
@@ -182,15 +204,3 @@ class LoopTarget(Target):
         if self.loop:
             release_scratch_loop(self.ledger, self.loop)
             self.loop = None
-
-
-def _restore_scheduler(res: Resource) -> None:
-    path = blockinfo.sysfs(res.ident) / "queue" / "scheduler"
-    if path.exists():
-        path.write_text(res.info["previous"])
-
-
-from iolab.core.resources import _CLEANERS, register_cleaner  # noqa: E402
-
-if "scheduler" not in _CLEANERS:  # the cgroup package may register a richer one
-    register_cleaner("scheduler", _restore_scheduler)

@@ -8,8 +8,6 @@ image_dir says otherwise), so the host-side block counters see only the image's 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import tempfile
 import uuid
 from dataclasses import asdict
@@ -18,24 +16,52 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from iolab.core import owner as owners
+from iolab.core import paths, sizing
 from iolab.core.errors import CapabilityMissing, IolabError
-from iolab.core.exec import ExecRequest, ExecResult
-from iolab.core.resources import Ledger, Resource
+from iolab.core.exec import ExecRequest
 from iolab.core.net import free_port
+from iolab.core.resources import Ledger, Resource
 from iolab.core.units import format_size, parse_size
-from iolab.native.build import GUEST_DIR
+from iolab.native.build import GUEST_DIR, available, helper_path
+from iolab.targets import blockinfo
 from iolab.targets.base import Placement, Target, TargetParams
-from iolab.vm import guest_image
+from iolab.targets.loop import ScratchLoop, create_scratch_loop, release_scratch_loop
+from iolab.vm import guest_image, profiles
+from iolab.vm.accel import AccelChoice, AccelInfo, choose
+from iolab.vm.cmdline import (
+    GUEST_NET,
+    GUEST_SERVER_PORT,
+    PEER_MEMORY_MB,
+    NetSpec,
+    Network,
+    RunFiles,
+    VmSpec,
+    peer_spec,
+    qemu_version,
+)
+from iolab.vm.disk import (
+    DISK_ID,
+    LUKS_ITER_TIME_MS,
+    SECRET_ID,
+    Aio,
+    Bus,
+    CacheMode,
+    DiskSpec,
+    Encrypt,
+    Format,
+    Prealloc,
+    Secret,
+)
 from iolab.vm.executor import GuestExecutor
-from iolab.vm import profiles
-from iolab.vm.qemu import (GUEST_DEVICE, GUEST_NET, LUKS_ITER_TIME_MS, SECRET_ID, Aio, Bus, CacheMode, DiskSpec,
-                           Encrypt, Format, NetSpec, Network, Prealloc, QemuVM, RunFiles, Secret, VmError, VmSpec,
-                           create_image, image_info, probe_accel, qemu_version)
-
-GUEST_MOUNT = "/mnt/iolab"
-DEVICE_WAIT_S = 30.0
-GUEST_SERVER_PORT = 5201  # a guest's server port, forwarded from a free host port (iperf3's default)
-PEER_MEMORY_MB = 384
+from iolab.vm.guest_setup import (
+    GUEST_MOUNT,
+    configure_network,
+    make_ext4,
+    wait_for_disk,
+)
+from iolab.vm.image import create_image, image_info, prefill
+from iolab.vm.lifecycle import QemuVM
 
 
 class QemuGuestParams(TargetParams):
@@ -53,7 +79,7 @@ class QemuGuestParams(TargetParams):
     disk_size: int = Field(256 << 20, description="test disk size, bytes or '256M'")
     memory: int = Field(512 << 20, description="guest memory, bytes or '512M'")
     vcpus: int = Field(1, ge=1, le=64)
-    accel: Literal["auto", "kvm", "tcg"] = "auto"
+    accel: AccelChoice = "auto"
     image_dir: str | None = Field(None, description="None: on a scratch loop device of its own")
     kernel: str | None = None
     initramfs: str | None = Field(None, description="must start /sbin/iolab-agent (docs/vm.md)")
@@ -61,7 +87,8 @@ class QemuGuestParams(TargetParams):
     prefill: bool = Field(False, description="write pattern data over the whole disk before boot, "
                                              "so reads do not hit holes / unallocated clusters")
     extra_binaries: tuple[str, ...] = Field((), description="host binaries to add to the built-in guest")
-    native_helpers: tuple[str, ...] = Field((), description="iolab C helpers to install in the guest (e.g. iolab_stream)")
+    native_helpers: tuple[str, ...] = Field((), description="iolab C helpers to install in the guest "
+                                                            "(e.g. iolab_stream)")
     network: Network = Field("none", description="user: a virtio-net NIC on user-mode networking "
                                                  "(guest 10.0.2.15, host loopback 10.0.2.2)")
     net_peer: bool = Field(False, description="boot a second, diskless guest on its own user network, "
@@ -80,8 +107,6 @@ class QemuGuestParams(TargetParams):
 
     @model_validator(mode="after")
     def _consistent(self) -> QemuGuestParams:
-        from iolab.native import available
-
         problems = self.disk_spec().problems()
         if self.net_peer and self.network != "user":
             problems.append("net_peer needs network = \"user\"")
@@ -115,11 +140,11 @@ class QemuGuestTarget(Target):
 
     def __init__(self, params: TargetParams, ledger: Ledger):
         super().__init__(params, ledger)
-        self.tag = f"iolab-{uuid.uuid4().hex[:10]}"
+        self.tag = owners.tag(uuid.uuid4().hex[:10])  # the owner's tag: a sweep knows whose guest it is
         self.vm: QemuVM | None = None
         self.peer: QemuVM | None = None
         self.image: Path | None = None
-        self.loop: Any = None
+        self.loop: ScratchLoop | None = None
         self._made: list[Resource] = []
 
     def describe(self) -> list[str]:
@@ -141,6 +166,23 @@ class QemuGuestTarget(Target):
 
     # ------------------------------------------------------------ setup
 
+    def preflight(self) -> None:
+        """Before anything exists: the guest(s) must fit in the host's available memory and the
+        image's scratch loop device on the scratch filesystem."""
+        p = self.params
+        host = sizing.host_memory()
+        wanted = p.memory + (PEER_MEMORY_MB << 20 if p.net_peer else 0)
+        label = f"the {p.profile or p.bus} guest ({format_size(p.memory)}" + (
+            f" + a {PEER_MEMORY_MB} MiB network peer)" if p.net_peer else ")")
+        problem = sizing.guest_fits(wanted, host, label) if host else None
+        if problem:
+            raise CapabilityMissing(problem + "; give the target less `memory`")
+        if not p.image_dir:
+            scratch = paths.scratch_dir()
+            problem = sizing.space_problem(image_loop_size(p.disk_size), sizing.free_bytes(scratch), str(scratch))
+            if problem:
+                raise CapabilityMissing(problem)
+
     def setup(self) -> Placement:
         try:
             return self._setup()
@@ -151,58 +193,56 @@ class QemuGuestTarget(Target):
     def _setup(self) -> Placement:
         p = self.params
         image = self._guest()
-        accel = probe_accel(image.kernel) if p.accel == "auto" else None
-        accel_name = accel.accel if accel else p.accel
+        accel = choose(p.accel, image.kernel)
         directory, host_device = self._image_directory()
         self.image = directory / f"{self.tag}.{p.format}"
-        self._made.append(self.ledger.add("file", str(self.image)))
+        made = self.ledger.add("file", str(self.image), pending=True)  # before qemu-img creates it
+        self._made.append(made)
         secret = Secret() if p.encrypt != "none" else None
         create_image(p.disk_spec(), self.image, secret)
+        self.ledger.confirm(made)
         if p.prefill:
-            _prefill(self.image, p.format, p.disk_size)
-        run_dir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
-        self._made.append(self.ledger.add("dir", str(run_dir), recursive=True))
+            prefill(self.image, p.format, p.disk_size)
+        run_dir = Path(tempfile.gettempdir()) / f"{self.tag}-run"
+        with self.ledger.creating("dir", str(run_dir), recursive=True) as made:
+            run_dir.mkdir(mode=0o700)
+        self._made.append(made)
         spec = VmSpec(disk=p.disk_spec(), image=self.image, kernel=image.kernel, initramfs=image.initramfs,
-                      memory_mb=p.memory >> 20, vcpus=p.vcpus, accel=accel_name,
-                      cpu=accel.cpu if accel else ("host" if accel_name == "kvm" else None), tag=self.tag,
+                      memory_mb=p.memory >> 20, vcpus=p.vcpus, accel=accel.accel, cpu=accel.cpu, tag=self.tag,
                       module_groups=(p.bus, *(["ext4"] if p.guest_fs == "ext4" else []),
                                      *(["net"] if p.network == "user" else [])),
                       net=NetSpec(hostfwd=((free_port(), GUEST_SERVER_PORT),)) if p.network == "user" else None,
                       secret=secret)
         self.vm = QemuVM(spec, RunFiles(run_dir), self.ledger)
         self.vm.start(p.boot_timeout)
-        executor = GuestExecutor(self.vm.channel)  # type: ignore[arg-type]
-        dev = self._wait_for_disk(executor, GUEST_DEVICE[p.bus])
-        mount = self._make_fs(executor, dev) if p.guest_fs == "ext4" else None
+        assert self.vm.channel is not None and self.vm.qmp is not None  # start() returns only with both
+        executor = GuestExecutor(self.vm.channel)
+        dev = wait_for_disk(executor, p.bus, p.disk_size, self._diagnosis)
+        mount = make_ext4(executor, dev) if p.guest_fs == "ext4" else None
         extras: dict[str, Any] = {"qmp": self.vm.qmp, "vm": self.vm, "qemu_pid": self.vm.pid,
-                                  "qmp_device": "testdisk", "accel": accel_name,
+                                  "qmp_device": DISK_ID, "accel": accel.accel,
                                   "native_helpers": {n: f"{GUEST_DIR}/{n}" for n in p.native_helpers}}
         if spec.net is not None:
             configure_network(executor)
             extras["net"] = {"host_addr": GUEST_NET["host"], "forward_port": spec.net.hostfwd[0][0],
                              "server_port": GUEST_SERVER_PORT}
         if p.net_peer:
-            extras["peer"] = self._start_peer(image, spec, run_dir)
-        manifest = self._manifest(image, accel_name, accel.reason if accel else "set in the spec", dev,
-                                  host_device)
+            extras["peer"] = self._start_peer(spec, run_dir)
+        manifest = self._manifest(image, accel, dev, host_device)
         return Placement(
             executor=executor, path=None if mount else f"/dev/{dev}", directory=mount,
             host_device=host_device, guest_device=dev, is_block_device=mount is None, manifest=manifest,
             extras=extras,
         )
 
-    def _start_peer(self, image: guest_image.GuestImage, spec: VmSpec, run_dir: Path) -> dict[str, Any]:
-        """A diskless guest on a user network of its own, reachable from the host (and so from
-        the first guest, through 10.0.2.2) at 127.0.0.1:forward_port."""
-        peer_dir = run_dir / "peer"
+    def _start_peer(self, spec: VmSpec, run_dir: Path) -> dict[str, Any]:
+        """The network peer (cmdline.peer_spec), reachable from the host (and so from the
+        first guest, through 10.0.2.2) at 127.0.0.1:forward_port."""
         port = free_port()
-        peer_spec = VmSpec(disk=None, image=None, kernel=image.kernel, initramfs=image.initramfs,
-                           memory_mb=PEER_MEMORY_MB, vcpus=1, accel=spec.accel, cpu=spec.cpu,
-                           tag=f"{self.tag}-peer", module_groups=("net",),
-                           net=NetSpec(hostfwd=((port, GUEST_SERVER_PORT),)))
-        self.peer = QemuVM(peer_spec, RunFiles(peer_dir), self.ledger)
+        self.peer = QemuVM(peer_spec(spec, f"{self.tag}-peer", port), RunFiles(run_dir / "peer"), self.ledger)
         self.peer.start(self.params.boot_timeout)
-        executor = GuestExecutor(self.peer.channel)  # type: ignore[arg-type]
+        assert self.peer.channel is not None
+        executor = GuestExecutor(self.peer.channel)
         configure_network(executor)
         return {"executor": executor, "forward_port": port, "server_port": GUEST_SERVER_PORT,
                 "qemu_pid": self.peer.pid}
@@ -211,8 +251,6 @@ class QemuGuestTarget(Target):
         p = self.params
         if p.kernel and p.initramfs:
             return guest_image.user_guest(p.kernel, p.initramfs)
-        from iolab.native import helper_path
-
         helpers = {f"{GUEST_DIR}/{n}": helper_path(n) for n in p.native_helpers}
         return guest_image.build_guest(p.extra_binaries, extra_files=helpers,
                                        kernel=Path(p.kernel) if p.kernel else None)
@@ -223,56 +261,31 @@ class QemuGuestTarget(Target):
         Default: a scratch loop device carrying ext4, used by this image alone, so host-side
         probes count exactly the image's I/O. image_dir: that directory, and its device.
         """
-        from iolab.targets import blockinfo
-
         p = self.params
         if p.image_dir:
             d = Path(p.image_dir)
             if not d.is_dir():
                 raise CapabilityMissing(f"image_dir {d} is not a directory")
             return d, blockinfo.device_of_path(str(d))
-        from iolab.targets.loop import create_scratch_loop
+        self.loop = create_scratch_loop(self.ledger, image_loop_size(p.disk_size), filesystem="ext4",
+                                        prefill=False, label="vm")
+        assert self.loop.mountpoint is not None  # filesystem="ext4" is mounted
+        return self.loop.mountpoint, os.path.basename(self.loop.device)
 
-        size = p.disk_size + p.disk_size // 8 + (64 << 20)  # qcow2 metadata + ext4 overhead
-        size = (size + (1 << 20) - 1) // (1 << 20) * (1 << 20)
-        self.loop = create_scratch_loop(self.ledger, size, filesystem="ext4", prefill=False, label="vm")
-        return Path(self.loop.mountpoint), os.path.basename(self.loop.device)
-
-    def _wait_for_disk(self, executor: GuestExecutor, dev: str) -> str:
-        """The guest's name for the test disk, once the driver has probed it (SCSI scans async)."""
-        script = ('i=0; while [ ! -e "/sys/block/$1/size" ] && [ $i -lt "$2" ]; do sleep 0.1; i=$((i+1)); done; '
-                  'cat "/sys/block/$1/size"')
-        res = executor.run(ExecRequest(["sh", "-c", script, "sh", dev, str(int(DEVICE_WAIT_S * 10))],
-                                       timeout_s=DEVICE_WAIT_S + 10))
-        if res.returncode != 0:
-            listing = executor.run(ExecRequest(["ls", "/sys/block"], timeout_s=10)).stdout.split()
-            raise VmError(f"the test disk did not appear as /dev/{dev} in the guest (bus={self.params.bus}); "
-                          f"guest block devices: {listing}\n{self._diagnosis()}")
-        sectors = int(res.stdout.split()[0])
-        if sectors * 512 != self.params.disk_size:
-            raise VmError(f"/dev/{dev} in the guest has {sectors * 512} bytes, expected {self.params.disk_size}")
-        return dev
-
-    def _make_fs(self, executor: GuestExecutor, dev: str) -> str:
-        script = ('/usr/sbin/mke2fs -q -F -t ext4 -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$1" && '
-                  'mkdir -p "$2" && mount -t ext4 "/dev/$1" "$2"')
-        _check(executor.run(ExecRequest(["sh", "-c", script, "sh", dev, GUEST_MOUNT], timeout_s=300)),
-               f"making ext4 on /dev/{dev} in the guest")
-        return GUEST_MOUNT
-
-    def _manifest(self, image: guest_image.GuestImage, accel: str, accel_reason: str, dev: str,
+    def _manifest(self, image: guest_image.GuestImage, accel: AccelInfo, dev: str,
                   host_device: str | None) -> dict[str, Any]:
         assert self.vm is not None and self.image is not None
         p = self.params
         flags = ["tcg_emulation: the guest runs under software emulation; timings are not "
-                 "representative of KVM"] if accel == "tcg" else []
+                 "representative of KVM"] if accel.accel == "tcg" else []
         if not p.prefill:
             flags.append("reads of never-written regions hit holes or unallocated clusters")
         return {
-            "target": "qemu", "accel": accel, "accel_reason": accel_reason,
+            "target": "qemu", "accel": accel.accel, "accel_reason": accel.reason,
             "qemu_version": qemu_version(), "qemu_cmdline": list(self.vm.argv),
             "qemu_img_info": image_info(self.image), "guest_kernel": self.vm.kernel_release,
-            "guest_image": image.manifest(), "disk": asdict(p.disk_spec()) | {"cache_flags": asdict(p.disk_spec().flags)},
+            "guest_image": image.manifest(),
+            "disk": asdict(p.disk_spec()) | {"cache_flags": asdict(p.disk_spec().flags)},
             "guest_device": dev, "guest_fs": p.guest_fs, "host_device": host_device,
             "image_path": str(self.image), "boot_seconds": self.vm.boot_seconds,
             "memory_bytes": p.memory, "vcpus": p.vcpus, "prefilled": p.prefill, "flags": flags,
@@ -310,8 +323,6 @@ class QemuGuestTarget(Target):
                 errors.append(f"{res.kind} {res.ident}: {exc}")
         self._made.clear()
         if self.loop is not None:
-            from iolab.targets.loop import release_scratch_loop
-
             try:
                 release_scratch_loop(self.ledger, self.loop)
             except Exception as exc:
@@ -321,28 +332,7 @@ class QemuGuestTarget(Target):
             raise IolabError("teardown of the QEMU target was incomplete: " + "; ".join(errors))
 
 
-def configure_network(executor: GuestExecutor) -> None:
-    """Static address on slirp's fixed plan (no DHCP client needed, no wait)."""
-    script = ('ip link set lo up && ip link set eth0 up && ip addr add "$1" dev eth0 && '
-              'ip route add default via "$2"')
-    _check(executor.run(ExecRequest(["sh", "-c", script, "sh", GUEST_NET["guest"], GUEST_NET["gateway"]],
-                                    timeout_s=60)), "configuring the guest network")
-
-
-def _check(res: ExecResult, what: str) -> None:
-    if res.returncode != 0:
-        raise VmError(f"{what} failed (rc {res.returncode}): {res.tail()}")
-
-
-def _prefill(image: Path, fmt: str, size: int) -> None:
-    """Write a pattern over the whole virtual disk through qemu-io (allocates every cluster)."""
-    exe = shutil.which("qemu-io")
-    if not exe:
-        raise CapabilityMissing("qemu-io is needed for prefill (Debian: apt-get install qemu-utils)")
-    chunk = 64 << 20
-    cmds = []
-    for off in range(0, size, chunk):
-        cmds += ["-c", f"write -P 0x5a {off} {min(chunk, size - off)}"]
-    proc = subprocess.run([exe, "-f", fmt, *cmds, str(image)], capture_output=True, text=True)
-    if proc.returncode != 0 or "error" in proc.stdout.lower():
-        raise VmError(f"prefilling {image} failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
+def image_loop_size(disk_size: int) -> int:
+    """The scratch loop device that carries a guest image: the disk, qcow2 metadata and ext4 overhead."""
+    size = disk_size + disk_size // 8 + (64 << 20)
+    return (size + (1 << 20) - 1) // (1 << 20) * (1 << 20)

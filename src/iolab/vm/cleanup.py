@@ -1,9 +1,10 @@
 """The cleaner for kind "process": QEMU processes started by the VM lab.
 
 Images and run directories use the core "file" and "dir" kinds (iolab.core.cleaners).
-Imported by iolab.core.resources._load_all_cleaners, so `iolab clean` after a crash kills
+Imported by iolab.core.resources.load_all_cleaners, so `iolab clean` after a crash kills
 a leftover QEMU by pid, but only after checking its command line still carries iolab's
-tag: a recycled pid belonging to something else is never touched.
+tag: a recycled pid belonging to something else is never touched. `sweep()` (for
+`iolab clean --all`) kills QEMU processes whose owner, named in the tag, is dead.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import iolab.core.cleaners  # noqa: F401  (file/dir/mount/loop cleaners the VM target relies on)
+from iolab.core import owner as owners
 from iolab.core.resources import Resource, register_cleaner
 
 
@@ -55,11 +57,18 @@ def kill_qemu(pid: int, tag: str | None = None, grace_s: float = 2.0) -> bool:
 
 
 def clean_process(res: Resource) -> None:
-    """Cleaner for kind "process": the ident is the pid; info["tag"] the -name value."""
-    if not res.ident.isdigit():
-        raise ValueError(f"process ident must be a pid, got {res.ident!r}")
+    """Cleaner for kind "process": the ident is the pid; info["tag"] the -name value.
+
+    A pending entry (no pid yet: iolab died around the Popen) finds its QEMU by the tag."""
     tag = res.info.get("tag")
-    kill_qemu(int(res.ident), tag if isinstance(tag, str) else None)
+    tag = tag if isinstance(tag, str) and tag else None
+    if res.ident.isdigit():
+        kill_qemu(int(res.ident), tag)
+    elif res.ident:
+        raise ValueError(f"process ident must be a pid, got {res.ident!r}")
+    if tag is not None:
+        for pid in leftover_qemu_pids():
+            kill_qemu(pid, tag)
 
 
 def leftover_qemu_pids() -> list[int]:
@@ -69,6 +78,42 @@ def leftover_qemu_pids() -> list[int]:
         if d.name.isdigit() and is_iolab_qemu(int(d.name)):
             pids.append(int(d.name))
     return pids
+
+
+def sweep(scratch: Path | None = None) -> tuple[list[str], list[str]]:
+    """`iolab clean --all`: QEMU processes whose owner is dead, whatever data dir it used.
+
+    The owner is read from the -name tag (core.owner). A QEMU named `iolab-...` without an
+    owner tag (iolab before 0.2) is killed only when it is orphaned (a live old iolab is
+    still its parent) and its disk image lies in `scratch`, this data dir's scratch dir."""
+    killed: list[str] = []
+    for pid in leftover_qemu_pids():
+        name = qemu_name(pid)
+        if name is None:
+            continue
+        o = owners.owner_of_name(name)
+        if o is not None:
+            if o.alive():
+                continue
+        elif scratch is None or not _orphaned(pid) or not any(f"{scratch}/" in a for a in _cmdline(pid)):
+            continue
+        if kill_qemu(pid, name):
+            killed.append(f"qemu {pid} ({name})")
+    return killed, []
+
+
+def qemu_name(pid: int) -> str | None:
+    argv = _cmdline(pid)
+    try:
+        return argv[argv.index("-name") + 1]
+    except (ValueError, IndexError):
+        return None
+
+
+def _orphaned(pid: int) -> bool:
+    """Reparented to init: the process that started it is gone."""
+    fields = owners.proc_stat(pid)
+    return fields is not None and len(fields) > 1 and int(fields[1]) == 1
 
 
 register_cleaner("process", clean_process)

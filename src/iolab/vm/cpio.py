@@ -11,8 +11,8 @@ import gzip
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from io import BufferedIOBase
 from pathlib import Path
-from typing import BinaryIO
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def _header(ino: int, mode: int, size: int, name: bytes) -> bytes:
     return b"070701" + b"".join(f"{v:08x}".encode() for v in fields)
 
 
-def _write_one(out: BinaryIO, ino: int, mode: int, name: str, payload: bytes) -> None:
+def _write_one(out: BufferedIOBase, ino: int, mode: int, name: str, payload: bytes) -> None:
     bname = name.encode()
     head = _header(ino, mode, len(payload), bname) + bname + b"\0"
     out.write(head + _pad(len(head)))
@@ -81,9 +81,9 @@ def with_parents(entries: Iterable[Entry]) -> list[Entry]:
 def write_archive(entries: Iterable[Entry], path: Path, compress: bool) -> None:
     """Write a newc archive (gzip level 1 when compressed: decompression speed matters more)."""
     ordered = with_parents(entries)
-    raw: BinaryIO
+    raw: BufferedIOBase  # the file, or a GzipFile over it
     with open(path, "wb") as fh:
-        raw = gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=1, mtime=0) if compress else fh  # type: ignore[assignment]
+        raw = gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=1, mtime=0) if compress else fh
         for ino, e in enumerate(ordered, start=1):
             _write_one(raw, ino, e.mode, e.name, e.payload())
         _write_one(raw, 0, 0, "TRAILER!!!", b"")

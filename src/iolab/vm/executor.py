@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from iolab.core.exec import Executor, ExecRequest, ExecResult, Running
+from iolab.core.exec import ExecRequest, ExecResult, Executor, Running
 from iolab.vm import protocol as P
 
 # Extra seconds the host waits beyond a command's own timeout before declaring the guest
@@ -48,7 +48,7 @@ class AgentChannel:
             except OSError as exc:
                 sock.close()
                 if time.monotonic() > deadline:
-                    raise P.ChannelClosed(f"cannot connect to the agent socket {self.sock_path}: {exc}")
+                    raise P.ChannelClosed(f"cannot connect to the agent socket {self.sock_path}: {exc}") from exc
                 time.sleep(0.02)
         self._fs = P.FrameSocket(sock)
         self._reader = threading.Thread(target=self._read_loop, name="iolab-agent-reader", daemon=True)

@@ -141,9 +141,9 @@ def module_closure(moddir: Path, wanted: Iterable[str]) -> list[str]:
         order.append(mod)
 
     for name in wanted:
-        mod = by_name.get(name.replace("-", "_"))
-        if mod:
-            visit(mod)
+        found = by_name.get(name.replace("-", "_"))
+        if found:
+            visit(found)
     return order
 
 
@@ -288,7 +288,7 @@ def _prune(directory: Path, keep: int) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _image(out: Path, release: str, digest: str, meta: dict[str, object], boot: str) -> GuestImage:
+def _image(out: Path, release: str, digest: str, meta: Mapping[str, object], boot: str) -> GuestImage:
     kernel = out / ("vmlinux" if boot == "pvh" else "vmlinuz")
     return GuestImage(kernel, out / _initramfs_name(), release, digest, True,
                       {**meta, "boot_protocol": boot})

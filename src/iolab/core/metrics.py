@@ -1,0 +1,173 @@
+"""What a metric is: its unit, which way is better, and how it aggregates over repetitions.
+
+Every workload, probe and the runner declare every metric they can produce (a `Metric`
+each), once. Analysis, `iolab compare`, charts, `study.metric` validation and the results
+contract read these declarations; nothing guesses from a metric's name.
+
+Aggregation over repetitions (docs/statistics.md):
+
+* ``mean``: the arithmetic mean. Right for latencies, times, counts, ratios, and for rates
+  measured over a *fixed time* (fio's time_based jobs, sysbench --time, iperf3 -t): with
+  equal durations, the mean of the rates is total work / total time.
+* ``harmonic``: the harmonic mean. Right for rates over a *fixed amount of work* (iozone,
+  the write-mode helper, a fio job that runs through its size once): the harmonic mean of
+  the rates is total work / total time, the arithmetic mean would overweight fast trials.
+
+A name may be a pattern with explicit placeholders, for per-group or per-side families:
+``{side:read|write}_iops`` (one of the listed words), ``ratio_{weight:int}`` (digits),
+``{name:word}_iops_kernel`` (lower-case letters, digits, underscores), ``{x:label}``
+(word characters and dots, e.g. a prime limit ``1e8`` or ``25e5``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from iolab.core import registry
+
+Direction = Literal["higher", "lower", "neither"]
+Aggregate = Literal["mean", "harmonic"]
+DIRECTIONS: tuple[str, ...] = ("higher", "lower", "neither")
+AGGREGATES: tuple[str, ...] = ("mean", "harmonic")
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+):([^{}]+)\}")
+_KINDS = {"int": r"[0-9]+", "word": r"[a-z0-9_]+", "label": r"[A-Za-z0-9_.]+"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One declared metric (or a declared family, when `name` has placeholders)."""
+
+    name: str
+    unit: str
+    direction: Direction
+    description: str
+    aggregate: Aggregate = "mean"
+    _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"metric {self.name}: direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"metric {self.name}: aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
+        if not self.description:
+            raise ValueError(f"metric {self.name}: a one-line description is required")
+        if "{" in self.name:
+            object.__setattr__(self, "_regex", re.compile(_pattern_regex(self.name)))
+
+    @property
+    def is_pattern(self) -> bool:
+        return self._regex is not None
+
+    def matches(self, name: str) -> bool:
+        if self._regex is None:
+            return name == self.name
+        return self._regex.fullmatch(name) is not None
+
+    @property
+    def higher_is_better(self) -> bool | None:
+        return {"higher": True, "lower": False}.get(self.direction)
+
+    def axis_label(self, shown_name: str | None = None) -> str:
+        """A chart axis: 'iops (IOPS, higher is better)'."""
+        parts = [self.unit] if self.unit else []
+        if self.direction != "neither":
+            parts.append(f"{self.direction} is better")
+        label = shown_name or self.name
+        return f"{label} ({', '.join(parts)})" if parts else label
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"unit": self.unit, "direction": self.direction, "aggregate": self.aggregate,
+                "description": self.description}
+
+
+def _pattern_regex(name: str) -> str:
+    out, pos = [], 0
+    for m in _PLACEHOLDER.finditer(name):
+        out.append(re.escape(name[pos:m.start()]))
+        kind = m.group(2)
+        if kind in _KINDS:
+            out.append(f"(?:{_KINDS[kind]})")
+        elif re.fullmatch(r"[A-Za-z0-9_.]+(\|[A-Za-z0-9_.]+)*", kind):
+            out.append("(?:" + "|".join(re.escape(w) for w in kind.split("|")) + ")")
+        else:
+            raise ValueError(f"metric pattern {name!r}: unknown placeholder kind {kind!r}")
+        pos = m.end()
+    rest = name[pos:]
+    if "{" in rest or "}" in rest:
+        raise ValueError(f"metric pattern {name!r}: malformed placeholder")
+    out.append(re.escape(rest))
+    return "".join(out)
+
+
+class MetricSet:
+    """The declarations of one producer (or several merged). Exact names win over patterns."""
+
+    def __init__(self, metrics: Iterable[Metric]):
+        self._exact: dict[str, Metric] = {}
+        self._patterns: list[Metric] = []
+        for m in metrics:
+            if m.is_pattern:
+                if any(p.name == m.name for p in self._patterns):
+                    raise ValueError(f"metric pattern {m.name} declared twice")
+                self._patterns.append(m)
+            else:
+                if m.name in self._exact:
+                    raise ValueError(f"metric {m.name} declared twice")
+                self._exact[m.name] = m
+
+    def get(self, name: str) -> Metric | None:
+        if name in self._exact:
+            return self._exact[name]
+        return next((p for p in self._patterns if p.matches(name)), None)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __iter__(self) -> Iterator[Metric]:
+        yield from self._exact.values()
+        yield from self._patterns
+
+    def __len__(self) -> int:
+        return len(self._exact) + len(self._patterns)
+
+    def undeclared(self, names: Iterable[str]) -> list[str]:
+        return sorted({n for n in names if n not in self})
+
+    def merged(self, fallback: Iterable[Metric]) -> MetricSet:
+        """This set plus every declaration of `fallback` whose name it does not declare itself."""
+        own = list(self)
+        return MetricSet(own + [m for m in fallback if self.get(m.name) is None and
+                                all(p.name != m.name for p in own)])
+
+    def with_aggregate(self, names: Iterable[str], aggregate: Aggregate) -> MetricSet:
+        wanted = set(names)
+        return MetricSet(replace(m, aggregate=aggregate) if m.name in wanted else m for m in self)
+
+    def describe(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """{name: declaration} for the given concrete names (undeclared ones are left out)."""
+        out = {}
+        for n in names:
+            m = self.get(n)
+            if m is not None:
+                out[n] = m.as_dict()
+        return out
+
+
+# The runner's own metric, added to every trial whose executor measured the generator's CPU.
+RUNNER_METRICS: tuple[Metric, ...] = (
+    Metric("generator_cpu_busy", "cores", "neither",
+           "CPU time of the load generator's processes per second of wall time (1.0 = one core busy)"),
+)
+
+
+def for_workload(workload: dict[str, Any]) -> MetricSet:
+    """The declarations that apply to a trial of this workload configuration (its `_workload`)."""
+    kind = workload.get("kind")
+    if not isinstance(kind, str) or kind not in registry.WORKLOADS:
+        return MetricSet(RUNNER_METRICS)
+    return registry.workload_class(kind).metric_set(workload)
+

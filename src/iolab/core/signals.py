@@ -1,0 +1,59 @@
+"""The signals that stop a run, and holding them over a window that must not be cut.
+
+SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal went away) all mean "stop, clean up,
+keep finished trials". Between writing a ledger entry and creating the thing it names
+(a loop device, a QEMU process), an interruption is harmless for SIGKILL (the cleaner
+of a pending entry finds what may exist) but needless work for the others: `held()`
+defers them to the end of the window, then delivers them as if they had just arrived.
+
+Why a deferring handler and not pthread_sigmask: CPython runs Python-level handlers in
+the main thread whatever thread the kernel delivered the signal to, so with a QMP or
+sampler thread running, a mask on the main thread alone does not keep KeyboardInterrupt
+out. And a mask is inherited across exec: QEMU started inside the window would run with
+SIGTERM blocked for good. A handler is reset by exec, so children start clean.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_depth = 0
+_pending: list[int] = []
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Defer SIGINT/SIGTERM/SIGHUP until the block ends (nested blocks: the outermost ends)."""
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers run in the main thread only: a signal there cannot cut this thread's window
+        return
+    if _depth:
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
+        return
+    old_handlers = {s: signal.signal(s, _defer) for s in STOP_SIGNALS}
+    _depth = 1
+    try:
+        yield
+    finally:
+        _depth = 0
+        for s, h in old_handlers.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        pending, _pending[:] = list(_pending), []
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
+
+
+def _defer(signum: int, frame: FrameType | None) -> Any:
+    _pending.append(signum)

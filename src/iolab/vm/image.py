@@ -1,0 +1,82 @@
+"""The test disk's image file: qemu-img create and info, and the qemu-io prefill.
+
+Side effects only; what the image must be is decided by `disk.DiskSpec`. The LUKS key
+reaches qemu-img through an inherited pipe (`disk.Secret`), never argv or a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from iolab.core.errors import CapabilityMissing
+from iolab.vm.disk import DiskSpec, Secret
+from iolab.vm.errors import VmError
+
+LUKS_CREATE_ATTEMPTS = 5
+PREFILL_CHUNK = 64 << 20
+PREFILL_BYTE = 0x5A
+
+
+def qemu_img() -> str:
+    exe = shutil.which("qemu-img")
+    if not exe:
+        raise CapabilityMissing("qemu-img not found (Debian: apt-get install qemu-utils)")
+    return exe
+
+
+def create_image(disk: DiskSpec, path: Path, secret: Secret | None = None) -> None:
+    """qemu-img create with the disk's format options; an encrypted disk needs its Secret."""
+    disk.validate()
+    if disk.encrypt != "none" and secret is None:
+        raise ValueError("an encrypted image needs a Secret")
+    for _ in range(LUKS_CREATE_ATTEMPTS):
+        proc = _qemu_img_create(disk, path, secret if disk.encrypt != "none" else None)
+        if proc.returncode == 0:
+            return
+        # LUKS creation times PBKDF2 with the thread's CPU clock; on a busy host that
+        # measurement can read zero and qemu-img gives up. It is only a benchmark: retry.
+        if "Unable to get accurate CPU usage" not in proc.stderr:
+            break
+        path.unlink(missing_ok=True)
+    raise VmError(f"qemu-img create failed: {proc.stderr.strip()}\ncommand: {proc.args}")
+
+
+def _qemu_img_create(disk: DiskSpec, path: Path, secret: Secret | None) -> subprocess.CompletedProcess[str]:
+    fd = secret.open_fd() if secret else None
+    obj = ["--object", Secret.object_arg(fd)] if fd is not None else []
+    argv = [qemu_img(), "create", "-q", *obj, "-f", disk.format, "-o", ",".join(disk.create_options()),
+            str(path), str(disk.size)]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, pass_fds=(fd,) if fd is not None else ())
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def image_info(path: Path) -> dict[str, Any]:
+    """`qemu-img info --output=json` (-U: also while QEMU holds the image's lock)."""
+    proc = subprocess.run([qemu_img(), "info", "-U", "--output=json", str(path)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise VmError(f"qemu-img info failed: {proc.stderr.strip()}")
+    info: dict[str, Any] = json.loads(proc.stdout)
+    return info
+
+
+def prefill(image: Path, fmt: str, size: int) -> None:
+    """Write a pattern over the whole virtual disk through qemu-io, so every qcow2 cluster is
+    allocated and no read of the trials hits a hole."""
+    exe = shutil.which("qemu-io")
+    if not exe:
+        raise CapabilityMissing("qemu-io is needed for prefill (Debian: apt-get install qemu-utils)")
+    cmds = []
+    for off in range(0, size, PREFILL_CHUNK):
+        cmds += ["-c", f"write -P {PREFILL_BYTE:#x} {off} {min(PREFILL_CHUNK, size - off)}"]
+    proc = subprocess.run([exe, "-f", fmt, *cmds, str(image)], capture_output=True, text=True)
+    if proc.returncode != 0 or "error" in proc.stdout.lower():
+        raise VmError(f"prefilling {image} failed: {(proc.stderr or proc.stdout).strip()[-500:]}")

@@ -1,0 +1,151 @@
+"""One QEMU process from start to reaped: ledger entry, boot to the agent's hello, shutdown.
+
+The process is recorded in the ledger (pending, with its -name tag) before it is
+started, with SIGINT/SIGTERM/SIGHUP held until its pid is recorded (`Ledger.creating`),
+so a crash or kill of iolab at any instant leaves a tag or a tagged pid for `iolab clean`
+(iolab.vm.cleanup, imported here so its "process" cleaner is registered).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+import iolab.vm.cleanup  # noqa: F401  (registers the "process" cleaner QemuVM relies on)
+from iolab.core.resources import Ledger, Resource
+from iolab.vm import qmp as qmp_session
+from iolab.vm.cmdline import RunFiles, VmSpec, build_command, qemu_system
+from iolab.vm.errors import VmError
+from iolab.vm.executor import AgentChannel
+
+BOOT_TIMEOUT_S = {"kvm": 30.0, "tcg": 90.0}
+AGENT_CONNECT_TIMEOUT_S = 10.0
+QUIT_TIMEOUT_S = 3.0
+
+
+@dataclass
+class QemuVM:
+    """One QEMU process: start (boot to agent hello), QMP, shutdown; always reaped."""
+
+    spec: VmSpec
+    files: RunFiles
+    ledger: Ledger
+    proc: subprocess.Popen[bytes] | None = None
+    argv: list[str] = field(default_factory=list)
+    qmp: QEMUMonitorProtocol | None = None
+    channel: AgentChannel | None = None
+    kernel_release: str | None = None
+    boot_seconds: float | None = None
+    started_at: float | None = None  # time.monotonic() just before QEMU was launched
+    _res: Resource | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, boot_timeout_s: float | None = None) -> None:
+        """Launch and wait for the agent's hello; on any failure kill QEMU and raise VmError."""
+        self.files.directory.mkdir(parents=True, exist_ok=True)
+        fd = self.spec.secret.open_fd() if self.spec.secret is not None else None
+        try:
+            self.argv = build_command(self.spec, self.files, qemu_system(), secret_fd=fd)
+            t0 = self.started_at = time.monotonic()
+            # pending entry first: a kill before the pid is known leaves the -name tag to find QEMU by
+            with open(self.files.stderr, "wb") as err, \
+                    self.ledger.creating("process", "", tag=self.spec.tag, what="qemu", argv0=self.argv[0]) as res:
+                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                             start_new_session=True, pass_fds=(fd,) if fd is not None else ())
+                self.ledger.update(res, ident=str(self.proc.pid))
+            self._res = res
+        finally:
+            if fd is not None:
+                os.close(fd)
+        timeout = boot_timeout_s or BOOT_TIMEOUT_S[self.spec.accel]
+        try:
+            self.channel = AgentChannel(self.files.agent, diagnose=self.diagnosis)
+            self.channel.connect(timeout_s=AGENT_CONNECT_TIMEOUT_S)
+            self.qmp = qmp_session.connect(self.files.qmp, alive=self.alive)
+            hello = self.channel.wait_hello(timeout, alive=self.alive)
+        except BaseException as exc:
+            self.kill()
+            if not isinstance(exc, Exception):  # Ctrl-C: already cleaned up, let it through
+                raise
+            why = str(exc) or type(exc).__name__
+            raise VmError(f"guest {self.spec.tag} did not come up: {why}\n{self.diagnosis()}") from exc
+        self.kernel_release = hello.text("k")
+        self.boot_seconds = time.monotonic() - t0
+
+    def console_tail(self, n: int = 3000) -> str:
+        try:
+            data = self.files.console.read_bytes()[-n:]
+        except OSError:
+            return ""
+        return data.decode(errors="replace").replace("\x1b", "")
+
+    def diagnosis(self) -> str:
+        """Why a guest failed, for error messages: QEMU's exit, its stderr, the console tail."""
+        parts = []
+        if self.proc is not None and self.channel is not None and self.channel.closed_reason:
+            self._wait_exit(2.0)  # the channel closes a moment before QEMU can be reaped
+        if self.proc is not None and self.proc.poll() is not None:
+            parts.append(f"QEMU exited with status {self.proc.returncode}")
+        try:
+            err = self.files.stderr.read_text(errors="replace").strip()
+        except OSError:
+            err = ""
+        if err:
+            parts.append("QEMU stderr:\n" + err[-1500:])
+        tail = self.console_tail()
+        parts.append("guest console tail:\n" + (tail if tail.strip() else "(empty)"))
+        return "\n".join(parts)
+
+    def shutdown(self, timeout_s: float = 15.0) -> None:
+        """Agent power-off, then QMP quit, then SIGKILL: each step only if the last one failed."""
+        if self.alive() and self.channel is not None and self.channel.hello is not None:
+            try:
+                self.channel.poweroff()
+            except Exception:
+                pass
+            self._wait_exit(timeout_s / 2)
+        if self.alive() and self.qmp is not None:
+            try:
+                self.qmp.settimeout(QUIT_TIMEOUT_S)
+                self.qmp.cmd("quit")
+            except Exception:  # QEMU may close the monitor before it answers
+                pass
+            self._wait_exit(timeout_s / 2)
+        self.kill()
+
+    def _wait_exit(self, timeout_s: float) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        """Kill and reap QEMU, close the channels, release the ledger entry. Idempotent."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.proc is not None:
+            self.proc.wait()
+        if self.channel is not None:
+            self.channel.close()
+        if self.qmp is not None:
+            qmp_session.close(self.qmp)
+            self.qmp = None
+        if self._res is not None:
+            self.ledger.forget(self._res)  # reaped above: nothing left for the cleaner
+            self._res = None

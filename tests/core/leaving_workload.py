@@ -1,0 +1,38 @@
+"""A workload that leaves a process behind: it starts a sleeper through the placement's
+executor and returns without waiting for it, as a careless workload (or one that crashed
+halfway) would. The trial's cgroup must end it when the trial ends."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from iolab.core import owner
+from iolab.core.exec import ExecRequest
+from iolab.core.metrics import Metric
+from iolab.targets.base import Placement
+from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+
+KIND = "leaving"
+REF = "tests.core.leaving_workload:LeavingWorkload"
+
+
+class LeavingParams(WorkloadParams):
+    kind: Literal["leaving"] = "leaving"
+
+
+class LeavingWorkload(Workload):
+    kind: ClassVar[str] = KIND
+    Params: ClassVar[type[WorkloadParams]] = LeavingParams
+    main_metric: ClassVar[str] = "value"
+    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1"),)
+
+    def estimate_seconds(self) -> float:
+        return 0.5
+
+    def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
+        left = placement.executor.spawn(ExecRequest(["sleep", "600"], timeout_s=600))
+        pid = left.proc.pid  # type: ignore[attr-defined]  # a host process (the test uses the host target)
+        start = owner.start_time(pid)
+        cgroup = placement.trial_cgroup
+        assert cgroup is not None and pid in cgroup.pids(), "the sleeper is not in the trial cgroup"
+        return WorkloadResult(metrics={"value": 1.0}, raw={"pid": pid, "start": start}, job_text="sleep 600 &")

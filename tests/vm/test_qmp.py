@@ -1,0 +1,140 @@
+"""QMP through qemu.qmp against a real QEMU (`-machine none -S`: no guest, starts in ms).
+
+What iolab adds to the library is a bounded connect; each test is a way a connect or a
+command could hang or lie: no socket, a QEMU that died, a second client, a stopped QEMU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from qemu.qmp import QMPError
+
+from iolab.vm import qmp
+from iolab.vm.cmdline import qemu_version
+from iolab.vm.errors import VmError
+
+pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="QEMU not installed")
+
+
+class Qemu:
+    def __init__(self, directory: Path):
+        self.sock = directory / "qmp,sock"  # a comma: the path reaches QEMU through QemuOpts
+        self.proc = subprocess.Popen(
+            ["qemu-system-x86_64", "-name", "qmp-test", "-nodefaults", "-nographic", "-machine", "none", "-S",
+             "-chardev", f"socket,id=qmp,path={str(self.sock).replace(',', ',,')},server=on,wait=off",
+             "-mon", "chardev=qmp,mode=control"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@pytest.fixture
+def qemu(tmp_path: Path) -> Iterator[Qemu]:
+    q = Qemu(tmp_path)
+    try:
+        yield q
+    finally:
+        if q.proc.poll() is None:
+            os.kill(q.proc.pid, signal.SIGCONT)
+            q.proc.kill()
+        q.proc.wait()
+
+
+def test_commands_and_events_through_the_library(qemu: Qemu) -> None:
+    session = qmp.connect(qemu.sock, alive=qemu.alive)  # dials before QEMU listens: it retries
+    try:
+        assert session.cmd("query-status")["status"] == "prelaunch"  # type: ignore[index]
+        v = session.cmd("query-version")["qemu"]  # type: ignore[index]
+        assert f"{v['major']}.{v['minor']}.{v['micro']}" == qemu_version().split("+")[0].split("-")[0]
+        session.cmd("cont")
+        event = session.pull_event(wait=5.0)
+        assert event is not None and event["event"] == "RESUME"
+        with pytest.raises(QMPError, match="not-a-command"):
+            session.cmd("not-a-command")
+        assert session.cmd("query-status")["status"] == "running"  # type: ignore[index]
+    finally:
+        qmp.close(session)
+
+
+def test_a_socket_that_never_appears_fails_at_the_deadline(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(VmError, match="cannot connect to QMP at .*nowhere.sock"):
+        qmp.connect(tmp_path / "nowhere.sock", timeout_s=0.5)
+    assert 0.5 <= time.monotonic() - t0 < 3
+
+
+def test_a_dead_qemu_fails_at_once(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(VmError, match="QEMU exited before its QMP socket"):
+        qmp.connect(tmp_path / "nowhere.sock", timeout_s=30, alive=lambda: False)
+    assert time.monotonic() - t0 < 3
+
+
+def test_a_second_client_is_refused_within_the_timeout_and_the_first_goes_on(qemu: Qemu) -> None:
+    first = qmp.connect(qemu.sock, alive=qemu.alive)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(VmError, match="did not greet"):  # QEMU serves one QMP client at a time
+            qmp.connect(qemu.sock, timeout_s=1.0, alive=qemu.alive)
+        assert time.monotonic() - t0 < 4
+        assert first.cmd("query-status")["status"] == "prelaunch"  # type: ignore[index]
+    finally:
+        qmp.close(first)
+
+
+def test_a_stopped_qemu_times_out_then_answers_again(qemu: Qemu) -> None:
+    session = qmp.connect(qemu.sock, alive=qemu.alive, command_timeout_s=1.0)
+    try:
+        os.kill(qemu.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError):
+                session.cmd("query-status")
+            assert time.monotonic() - t0 < 4
+        finally:
+            os.kill(qemu.proc.pid, signal.SIGCONT)
+        session.settimeout(10.0)
+        assert session.cmd("query-status")["status"] == "prelaunch"  # type: ignore[index]
+    finally:
+        qmp.close(session)
+
+
+def test_a_stopped_qemu_does_not_hang_the_connect(qemu: Qemu) -> None:
+    qmp.close(qmp.connect(qemu.sock, alive=qemu.alive))  # it listens: the next dial connects at once
+    os.kill(qemu.proc.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    with pytest.raises(VmError, match="did not greet"):
+        qmp.connect(qemu.sock, timeout_s=1.0, alive=qemu.alive)
+    assert time.monotonic() - t0 < 4
+
+
+def test_a_killed_qemu_ends_the_command_at_once_and_close_is_quiet(qemu: Qemu) -> None:
+    session = qmp.connect(qemu.sock, alive=qemu.alive)
+    qemu.proc.kill()
+    qemu.proc.wait()
+    t0 = time.monotonic()
+    with pytest.raises(QMPError):
+        session.cmd("query-status")
+    assert time.monotonic() - t0 < 3
+    qmp.close(session)  # no exception: QEMU is gone, there is nothing to close
+    qmp.close(session)
+
+
+def test_connect_inside_a_running_event_loop_says_why(tmp_path: Path) -> None:
+    """A running asyncio loop on the thread (what playwright's sync API leaves) is named, not a deep RuntimeError."""
+    import asyncio
+
+    async def inside() -> None:
+        with pytest.raises(VmError, match="asyncio event loop runs on this thread"):
+            qmp.connect(tmp_path / "qmp.sock", timeout_s=0.5)
+
+    asyncio.run(inside())
