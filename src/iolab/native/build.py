@@ -108,7 +108,7 @@ def build_all() -> list[Path]:
 GUEST_DIR = "/usr/libexec/iolab"  # where a guest target installs the helpers it was asked for
 
 
-def helper_for(name: str, placement: "Placement") -> str:
+def helper_for(name: str, placement: Placement) -> str:
     """Helper `name`'s path as the placement's executor sees it.
 
     On the host: built on demand. In a guest: the target put the binary there (qemu target,

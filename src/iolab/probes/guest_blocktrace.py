@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
+from iolab.core.metrics import Metric
 from iolab.probes.base import Probe
 from iolab.targets.base import Placement
 
@@ -146,6 +147,17 @@ def lost_from_stats(stats_text: str) -> int:
 class GuestBlockTrace(Probe):
     name: ClassVar[str] = "guest_blocktrace"
     default: ClassVar[bool] = False  # tracing in the guest: only studies that count FUA writes ask
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("requests", "requests", "neither", "block requests issued to the test disk's driver"),
+        Metric("{op:writes|reads|discards|flushes|other}", "requests", "neither", "issued requests of one kind"),
+        Metric("fua_writes", "requests", "neither", "writes issued with REQ_FUA"),
+        Metric("preflush_writes", "requests", "neither", "writes issued with REQ_PREFLUSH"),
+        Metric("preflush", "requests", "neither", "requests carrying REQ_PREFLUSH"),
+        Metric("write_bytes", "bytes", "neither", "bytes in issued writes"),
+        Metric("by_rwbs.{rwbs:label}", "requests", "neither", "issued requests by their rwbs flags"),
+        Metric("lost_events", "events", "lower", "trace events lost to buffer overflow (counts are then a bound)"),
+    )
+    attributes: ClassVar[tuple[str, ...]] = ("complete", "device", "dev", "queue_fua", "notes")
 
     @classmethod
     def applies_to(cls, placement: Placement) -> bool:

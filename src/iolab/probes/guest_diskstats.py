@@ -12,13 +12,16 @@ from typing import Any, ClassVar
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
+from iolab.core.metrics import Metric
 from iolab.probes.base import Probe
-from iolab.probes.diskstats import parse_stat, stat_delta
+from iolab.probes.diskstats import block_stat_metrics, parse_stat, stat_delta
 from iolab.targets.base import Placement
 
 
 class GuestDiskStats(Probe):
     name: ClassVar[str] = "guest_disk"
+    metrics: ClassVar[tuple[Metric, ...]] = block_stat_metrics("the guest's test disk")
+    attributes: ClassVar[tuple[str, ...]] = ("device",)
 
     @classmethod
     def applies_to(cls, placement: Placement) -> bool:

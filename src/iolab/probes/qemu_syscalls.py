@@ -28,11 +28,15 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
 
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
 from iolab.core.errors import TrialFailed
+from iolab.core.metrics import Metric
 from iolab.probes.base import Probe
 from iolab.targets.base import Placement
 
@@ -113,6 +117,20 @@ def probe_counts(calls: dict[str, int], events: dict[str, int] | None) -> dict[s
 
 class QemuSyscalls(Probe):
     name: ClassVar[str] = "qemu_syscalls"
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("host_{call:fdatasync|fsync|pwrite64|pwritev|pwritev2|io_submit|io_uring_enter}", "calls", "neither",
+               "that syscall's calls by every QEMU thread (strace -c)"),
+        Metric("host_pwrite", "calls", "neither", "pwrite64 + pwritev + pwritev2 calls"),
+        Metric("io_uring_{op:flushes|writes}", "requests", "neither",
+               "flushes / writes QEMU submitted through io_uring (trace event luring_co_submit)"),
+        Metric("host_fdatasync_total", "syncs", "neither",
+               "host syncs for the image: fdatasync + fsync calls + io_uring flushes"),
+        Metric("host_write_requests", "requests", "neither",
+               "host write requests: pwrite* calls + io_submit calls + io_uring writes"),
+        Metric("trace_events.{event:word}", "events", "neither", "QEMU trace events counted over the trial"),
+        Metric("causes.{cause:word}", "events", "neither", "qcow2 metadata work behind extra syncs, by kind"),
+    )
+    attributes: ClassVar[tuple[str, ...]] = ("io_uring_counted", "qemu_pid", "notes")
     default: ClassVar[bool] = False  # strace slows QEMU: only studies that count syscalls ask for it
 
     @classmethod
@@ -122,19 +140,27 @@ class QemuSyscalls(Probe):
     def start(self, placement: Placement) -> None:
         self.pid = int(placement.extras["qemu_pid"])
         self.vm = placement.extras.get("vm")
+        self.qmp: QEMUMonitorProtocol | None = placement.extras.get("qmp")
         self.notes: list[str] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.tmp = Path(tempfile.mkdtemp(prefix="iolab-strace-"))
         self.out = self.tmp / "summary.txt"
         self._start_trace()
         exe = "strace"
+        # strace is one of the trial's processes: in a leaf of the trial cgroup, ended with the trial
+        cgroup = placement.trial_cgroup
+        self.leaf = cgroup.spawn_group(f"strace-{uuid.uuid4().hex[:8]}") if cgroup is not None else None
+        if self.leaf is not None:
+            self.leaf.make()
         try:
             self.proc = subprocess.Popen(
                 [exe, "-f", "-qq", "-c", "-o", str(self.out), "-p", str(self.pid),
                  "-e", "trace=" + ",".join(SYSCALLS)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                preexec_fn=self.leaf.join if self.leaf is not None else None)
         except FileNotFoundError as exc:
             self._stop_trace()
+            self._remove_leaf()
             raise TrialFailed("the qemu_syscalls probe needs strace (Debian: apt-get install strace)") from exc
         self._wait_attached()
 
@@ -156,7 +182,9 @@ class QemuSyscalls(Probe):
                     status = (task / "status").read_text()
                 except OSError:
                     continue
-                tracers.append(re.search(r"^TracerPid:\s*(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+                traced = re.search(r"^TracerPid:\s*(\d+)", status, re.M)
+                if traced:  # every Linux status file has the line; a thread without it is not traced
+                    tracers.append(traced.group(1))
             if tracers and all(t == str(self.proc.pid) for t in tracers):
                 return
             time.sleep(0.05)
@@ -167,12 +195,11 @@ class QemuSyscalls(Probe):
     # ---------------------------------------------------------------- trace events
 
     def _qmp_trace(self, enable: bool) -> bool:
-        qmp = getattr(self.vm, "qmp", None)
-        if qmp is None:
+        if self.qmp is None:
             return False
         try:
             for ev in TRACE_EVENTS:
-                qmp.execute("trace-event-set-state", {"name": ev, "enable": enable})
+                self.qmp.cmd("trace-event-set-state", name=ev, enable=enable)
             return True
         except Exception as exc:
             self.notes.append(f"trace events unavailable: {exc}")
@@ -207,6 +234,14 @@ class QemuSyscalls(Probe):
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
+        self._remove_leaf()
+
+    def _remove_leaf(self) -> None:
+        """strace's leaf (its CPU time stays in the trial cgroup's total)."""
+        leaf = getattr(self, "leaf", None)
+        if leaf is not None:
+            leaf.remove()
+            self.leaf = None
 
     def stop(self) -> dict[str, Any]:
         events = self._stop_trace()
@@ -217,6 +252,7 @@ class QemuSyscalls(Probe):
         except subprocess.TimeoutExpired:
             self._kill()
             raise TrialFailed("strace did not detach from QEMU within 30s") from None
+        self._remove_leaf()
         text = self.out.read_text() if self.out.exists() else ""
         for p in self.tmp.iterdir():
             p.unlink()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from iolab import __version__
+from iolab.store.urls import scrub
 
 
 def _first_line(argv: list[str]) -> str | None:
@@ -63,5 +64,5 @@ def environment() -> dict[str, Any]:
         "qemu_version": _first_line(["qemu-system-x86_64", "--version"]),
         "qemu_img_version": _first_line(["qemu-img", "--version"]),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": sys.argv,
+        "command": [scrub(a) for a in sys.argv],  # a --db URL's password never recorded
     }

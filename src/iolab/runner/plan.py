@@ -1,17 +1,30 @@
-"""Ordering trials: group by shared target, interleave configurations within a group.
+"""Ordering trials and deciding when a configuration has enough of them.
 
 Interleaving (A B B A ...) keeps slow drift of the machine from looking like a difference
 between configurations. Groups share one target setup (one loop device, one guest boot),
 because setting a target up per trial would cost more than the trial.
+
+Stopping (StopRule): at least `repetitions` successful trials; then another while the
+interval the report will print for the main metric (analysis/sequential.py: simultaneous
+over the looks repetitions..max_repetitions, so stopping on it keeps its 95 %) is wider
+than `ci_target` of the mean, up to `max_repetitions` successful trials. Failed attempts
+do not use up repetitions; a configuration is abandoned after MAX_FAILURES_WITHOUT_SUCCESS
+failures with no success, or once its failures reach `max_repetitions`.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from iolab.analysis.sequential import LookDesign, interval_batch, relative_half_width
 from iolab.core.model import Config
-from iolab.studies.spec import StudySpec
+from iolab.studies.spec import StudySettings, StudySpec
+
+MAX_FAILURES_WITHOUT_SUCCESS = 2
 
 
 @dataclass
@@ -35,13 +48,63 @@ def round_order(configs: list[Config], round_no: int, interleaved: bool) -> list
     return list(configs) if round_no % 2 == 0 else list(reversed(configs))
 
 
-def needs_more(values: list[float], min_reps: int, max_reps: int, attempts: int, ci_target: float) -> bool:
-    """Adaptive stopping on the 95% CI half-width of the main metric, relative to its mean."""
-    from iolab.analysis.stats import mean_ci
+@dataclass(frozen=True)
+class StopRule:
+    """When a configuration has enough repetitions (see the module docstring)."""
 
-    if attempts >= max_reps:
-        return False
-    if len(values) < min_reps:
-        return True
-    est = mean_ci(values)
-    return not (math.isfinite(est.rel_half_width) and est.rel_half_width <= ci_target)
+    min_reps: int
+    max_reps: int
+    ci_target: float
+    aggregate: str = "mean"  # of the main metric: its declaration says how it averages
+
+    @classmethod
+    def of(cls, settings: StudySettings, aggregate: str = "mean") -> StopRule:
+        return cls(settings.repetitions, settings.max_repetitions, settings.ci_target, aggregate)
+
+    @property
+    def design(self) -> LookDesign:
+        return LookDesign.for_study(self.min_reps, self.max_reps)
+
+    def narrow_enough(self, values: Any) -> Any:
+        """Whether the reported interval's half-width is within ci_target of the mean.
+        values: (..., n) finite numbers (a batch of configurations, or one); bool per row."""
+        x = np.asarray(values, dtype=float)
+        if x.shape[-1] < 2:
+            return np.zeros(x.shape[:-1], dtype=bool) if x.ndim > 1 else False
+        rel = relative_half_width(*interval_batch(x, self.design, self.aggregate))
+        return rel <= self.ci_target
+
+    def abandoned(self, n_ok: int, failures: int) -> bool:
+        """Too many failures: two with no success yet, or as many as max_repetitions."""
+        return (failures >= MAX_FAILURES_WITHOUT_SUCCESS and n_ok == 0) or failures >= self.max_reps
+
+    def wants_more(self, ok_values: Sequence[float] | np.ndarray, failures: int = 0) -> Any:
+        """Another repetition? What the runner calls after every trial. ok_values: the main
+        metric of the successful trials so far (a batch (..., n) gives one answer per row;
+        non-finite values, a trial without the metric, count as a repetition but not as data)."""
+        x = np.asarray(ok_values, dtype=float)
+        n = x.shape[-1]
+        if self.abandoned(n, failures):
+            return np.zeros(x.shape[:-1], dtype=bool) if x.ndim > 1 else False
+        if n < self.min_reps:
+            return np.ones(x.shape[:-1], dtype=bool) if x.ndim > 1 else True
+        if n >= self.max_reps:
+            return np.zeros(x.shape[:-1], dtype=bool) if x.ndim > 1 else False
+        if x.ndim == 1:
+            data = x[np.isfinite(x)]
+            return bool(len(data) < 2 or not self.narrow_enough(data))
+        return ~self.narrow_enough(x)
+
+    def stop_reason(self, ok_values: Sequence[float], failures: int) -> str:
+        """Why a configuration has the repetitions it has (for reports): recomputed from its values."""
+        n = len(ok_values)
+        if self.abandoned(n, failures):
+            return f"abandoned after {failures} failed attempt(s)"
+        if n < self.min_reps:
+            return "short of the minimum (interrupted, or failures)"
+        if self.wants_more(ok_values, failures):
+            return "short of the cap (interrupted)"
+        if n >= self.max_reps and not self.narrow_enough(np.asarray(ok_values, dtype=float)[
+                np.isfinite(np.asarray(ok_values, dtype=float))]):
+            return f"cap of {self.max_reps} reached, interval still wider than ±{self.ci_target:.0%}"
+        return f"interval within ±{self.ci_target:.0%}"

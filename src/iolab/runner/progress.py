@@ -7,11 +7,21 @@ import time
 from typing import Protocol
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 class Reporter(Protocol):
+    done: int  # trials finished so far: the runner adds what remains to it for a new total
+
     def start(self, total: int) -> None: ...
     def set_total(self, total: int) -> None: ...
     def trial_started(self, label: str) -> None: ...
@@ -62,7 +72,7 @@ class BarReporter(LineReporter):
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
                                  TimeRemainingColumn(), console=console, transient=True)
-        self.task = None
+        self.task: TaskID | None = None  # the bar's task, from start() on
 
     def start(self, total: int) -> None:
         super().start(total)
@@ -71,14 +81,17 @@ class BarReporter(LineReporter):
 
     def set_total(self, total: int) -> None:
         super().set_total(total)
-        self.progress.update(self.task, total=total)
+        if self.task is not None:
+            self.progress.update(self.task, total=total)
 
     def trial_started(self, label: str) -> None:
-        self.progress.update(self.task, description=label[:60])
+        if self.task is not None:
+            self.progress.update(self.task, description=label[:60])
 
     def trial_done(self, label: str, outcome: str) -> None:
         super().trial_done(label, outcome)
-        self.progress.update(self.task, advance=1)
+        if self.task is not None:
+            self.progress.update(self.task, advance=1)
 
     def stop(self) -> None:
         self.progress.stop()

@@ -3,49 +3,72 @@
 
 It never lets one failed trial end a study, never lets an interruption lose a finished
 trial, and never leaves behind what it created (the ledger undoes it, also on Ctrl-C).
+Any exception inside a trial, a study hook or a target's setup/teardown is that part's
+failure, stored with its traceback; only SIGINT, SIGTERM and SIGHUP stop a run. One run
+is run by one process at a time: the store records the owner (core.owner) and a second
+`--resume` of a run whose owner is alive is refused.
+
+Size: the trial lifecycle (setup, study hook, trial cgroup, probes, workload, confounders,
+store, failure records, teardown) is one sequence whose error paths must be read together;
+the rules it applies live elsewhere (runner/plan.py, analysis/sequential.py, store/).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 import signal
+import socket
 import time
+import traceback
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
 
-from iolab.core import registry
-from iolab.core.errors import Interrupted, IolabError, TrialFailed
+from iolab.cgroups import trial as trial_cgroups
+from iolab.cgroups.trial import TrialCgroup
+from iolab.core import metrics, registry
+from iolab.core import owner as owners
+from iolab.core.errors import Interrupted, RefusedError, TrialFailed
 from iolab.core.model import Config, Trial, TrialResult
 from iolab.core.resources import Ledger
+from iolab.core.signals import STOP_SIGNALS
 from iolab.probes.base import Probe
 from iolab.probes.registry import probe_classes
 from iolab.runner import confounders, plan
 from iolab.runner.manifest import environment
 from iolab.runner.progress import Reporter, reporter_for
-from iolab.store.sqlite import Store
+from iolab.store.base import Store
+from iolab.studies.hooks import GroupContext, GroupHook, configs_to_skip
 from iolab.studies.spec import StudySpec
 from iolab.targets.base import Placement, Target
-from iolab.workloads.base import Workload
 
-# A built-in study may run checks on a prepared target before its trials (e.g. a sanity gate).
-GroupHook = Callable[["Runner", Target, Placement, list[Config]], None]
+# A built-in study may check or prepare a target before its trials (e.g. a sanity gate): its
+# GroupHook gets a GroupContext (studies/hooks.py), never the runner, and may answer with
+# configurations to skip.
+__all__ = ["GroupHook", "Runner"]
 
 
 @dataclass
 class ConfigState:
+    """A configuration's repetitions so far: the main metric of every successful trial and the
+    failed attempts, counted apart (failures do not use up max_repetitions, plan.StopRule)."""
+
     ok_values: list[float] = field(default_factory=list)
-    attempts: int = 0
+    attempts: int = 0  # ok + failed: the next trial's repetition index
     failures: int = 0
 
 
 def new_run_id(study: str) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{study}-{uuid.uuid4().hex[:4]}"
+    """time-study-host-random: many machines writing one team store never collide (issue 14)."""
+    host = re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname().split(".")[0])[:24].strip("-") or "host"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{study}-{host}-{uuid.uuid4().hex[:6]}"
 
 
 class Runner:
@@ -57,12 +80,15 @@ class Runner:
         self.ledger = ledger or Ledger()
         self.before_group = before_group
         self.state: dict[str, ConfigState] = defaultdict(ConfigState)
+        self.skipped: set[str] = set()  # configurations a study hook skipped in this session
         self.run_id = ""
         self.reporter: Reporter = reporter_for(self.console)
+        self.problems: list[dict[str, str]] = []  # teardown errors of this session (extra.problems)
 
     # -- planning ------------------------------------------------------------
     def instantiate(self) -> None:
         """Build every target and workload object and run preflights: fails before creating anything."""
+        trial_cgroups.layout()  # every trial needs a cgroup hierarchy: say so now, not once per trial
         self.workloads = {c.id: registry.workload_class(c.workload["kind"])(
             registry.workload_class(c.workload["kind"]).Params(**c.workload)) for c in self.spec.configs}
         self.targets: dict[str, Target] = {}
@@ -74,6 +100,11 @@ class Runner:
 
     def main_metric(self, c: Config) -> str:
         return self.spec.settings.metric or self.workloads[c.id].main_metric
+
+    def stop_rule(self, c: Config) -> plan.StopRule:
+        """The stopping rule for c: its main metric's declared aggregation decides the interval."""
+        decl = metrics.for_workload(c.workload).get(self.main_metric(c))
+        return plan.StopRule.of(self.spec.settings, decl.aggregate if decl else "mean")
 
     def timeout_for(self, c: Config) -> float:
         return self.spec.settings.trial_timeout or 3 * self.workloads[c.id].estimate_seconds() + 60
@@ -87,7 +118,10 @@ class Runner:
         n = len(self.spec.configs)
         lines = [f"study {s.name}: {n} configuration(s) x {s.repetitions}..{s.max_repetitions} repetitions "
                  f"= {n * s.repetitions}..{n * s.max_repetitions} trials",
-                 f"adaptive stop: 95% CI half-width of the main metric <= {s.ci_target:.0%} of its mean",
+                 f"adaptive stop: 95% CI half-width of the main metric <= {s.ci_target:.0%} of its mean "
+                 f"(interval simultaneous over looks {s.repetitions}..{s.max_repetitions}, docs/statistics.md); "
+                 f"failed attempts do not count, a configuration is abandoned after "
+                 f"{plan.MAX_FAILURES_WITHOUT_SUCCESS} failures with no success or {s.max_repetitions} failures",
                  f"estimated time: {_fmt_s(self.estimate_seconds())} at {s.repetitions} repetitions "
                  f"(up to {_fmt_s(self.estimate_seconds() * s.max_repetitions / s.repetitions)})",
                  f"order: {s.order}", "will create or touch:"]
@@ -106,8 +140,15 @@ class Runner:
             self.run_id = new_run_id(self.spec.name)
             self.store.create_run(self.run_id, self.spec.name, self.spec.source, self.spec.raw, self.spec.options,
                                   environment())
+            self.store.claim_run(self.run_id, owners.me().token)
         else:
+            holder = self.store.claim_run(run_id, owners.me().token)
+            if holder is not None:
+                o = owners.parse_token(holder)
+                raise RefusedError(f"run {run_id} is being run right now by another iolab process "
+                                   f"(pid {o.pid if o else holder}); wait for it to end or stop it, then resume")
             self.run_id = run_id
+            self.problems = list(self.store.resolve(run_id).extra.get("problems") or [])
             for t in self.store.trials(run_id):
                 st = self.state[t.config_id]
                 st.attempts += 1
@@ -130,12 +171,14 @@ class Runner:
             status = self._final_status()
         except KeyboardInterrupt:
             status = "partial"
-            raise Interrupted(f"interrupted; finished trials are kept. Resume with: iolab run --resume {self.run_id}")
+            raise Interrupted("interrupted; finished trials are kept. "
+                              f"Resume with: iolab run --resume {self.run_id}") from None
         finally:
             self.reporter.stop()
             with _signals_ignored():
                 errors = self.ledger.release_all()
-            self.store.set_status(self.run_id, status)
+                self.store.set_status(self.run_id, status)
+                self.store.release_run(self.run_id, owners.me().token)
             for e in errors:
                 self.console.print(f"[red]cleanup problem:[/red] {e}")
         return status
@@ -148,16 +191,34 @@ class Runner:
         self.reporter.message(f"setting up target {g.target['kind']} ...")
         try:
             placement = target.setup()
-        except (IolabError, OSError, Exception) as exc:  # the study goes on with other targets
-            if isinstance(exc, KeyboardInterrupt):
-                raise
+        except Exception as exc:  # the study goes on with other targets
+            tb = traceback.format_exc()
             for c in pending:
-                self._record_failure(Trial(c, self.state[c.id].attempts), f"target setup failed: {exc}", {})
-            target.teardown()
+                self._record_failure(Trial(c, self.state[c.id].attempts), f"target setup failed: {_why(exc)}", {},
+                                     tb=tb)
+            self._teardown(target)
             return
         try:
             if self.before_group:
-                self.before_group(self, target, placement, pending)
+                hook_cgroup: TrialCgroup | None = None
+                try:
+                    hook_cgroup = TrialCgroup.create(self.ledger)  # its processes are ended like a trial's
+                    ctx = GroupContext(pending, placement.within(hook_cgroup),
+                                       functools.partial(self.store.set_extra, self.run_id), self.reporter.message)
+                    decision = self.before_group(ctx)
+                    skip = configs_to_skip(decision, pending)
+                except Exception as exc:  # the hook's failure is this group's, not the run's
+                    tb = traceback.format_exc()
+                    for c in pending:
+                        self._record_failure(Trial(c, self.state[c.id].attempts),
+                                             f"study hook before_group failed: {_why(exc)}", placement.manifest, tb=tb)
+                    self.reporter.message(f"[red]study hook failed[/red]: {_why(exc)[:160]}; skipping this target")
+                    return
+                finally:
+                    self._end_cgroup(hook_cgroup, "the study hook before_group")
+                if skip and decision is not None:
+                    self._skip(skip, decision.reason, placement)
+                    pending = [c for c in pending if c.id not in self.skipped]
             round_no = 0
             while pending:
                 for c in plan.round_order(pending, round_no, self.spec.settings.order == "interleaved"):
@@ -170,14 +231,37 @@ class Runner:
                 pending = [c for c in pending if self._wants_more(c)]
                 self.reporter.set_total(self.reporter.done + self._remaining_estimate())
         finally:
+            self._teardown(target)
+
+    def _teardown(self, target: Target) -> None:
+        """A teardown error is reported and stored (extra.problems); the run goes on, and what
+        the target could not undo stays in the ledger for release_all at the end."""
+        try:
             target.teardown()
+        except Exception as exc:
+            self._problem(f"teardown of target {target.kind}", exc)
+
+    def _problem(self, where: str, exc: BaseException) -> None:
+        self.problems.append({"where": where, "error": _why(exc), "traceback": traceback.format_exc()})
+        self.console.print(f"[red]{where} failed:[/red] {_why(exc)}")
+        try:
+            self.store.set_extra(self.run_id, "problems", self.problems)
+        except Exception as store_exc:  # the console message above is then all there is
+            self.console.print(f"[red]could not store that problem:[/red] {store_exc}")
+
+    def _skip(self, configs: list[Config], reason: str, placement: Placement) -> None:
+        """A study hook's skip: one record per configuration, status failed, error saying why."""
+        for c in configs:
+            self._record_failure(Trial(c, self.state[c.id].attempts),
+                                 f"skipped by study hook before_group: {reason}", placement.manifest)
+            self.skipped.add(c.id)
+        self.reporter.message(f"[yellow]skipped {len(configs)} configuration(s)[/yellow]: {reason[:160]}")
 
     def _wants_more(self, c: Config) -> bool:
+        if c.id in self.skipped:
+            return False
         st = self.state[c.id]
-        if st.failures >= 2 and not st.ok_values:
-            return False  # a configuration that fails twice with no success is abandoned, not retried forever
-        s = self.spec.settings
-        return plan.needs_more(st.ok_values, s.repetitions, s.max_repetitions, st.attempts, s.ci_target)
+        return bool(self.stop_rule(c).wants_more(st.ok_values, st.failures))
 
     def _remaining_estimate(self) -> int:
         s = self.spec.settings
@@ -192,41 +276,61 @@ class Runner:
         self.reporter.trial_started(f"{label} #{trial.repetition + 1}")
         started = time.time()
         probes: list[Probe] = []
+        cgroup: TrialCgroup | None = None
         try:
-            target.reset_between_trials(placement)
-            wanted = set(self.spec.settings.probes)
-            probes = [p() for p in probe_classes() if (p.default or p.name in wanted) and p.applies_to(placement)]
-            for p in probes:
-                p.start(placement)
-            result = self.workloads[c.id].run(placement, self.timeout_for(c))
-            probe_data = {p.name: p.stop() for p in probes}
-            probes = []
-        except TrialFailed as exc:
-            self._stop_probes(probes)
-            self._record_failure(trial, str(exc), placement.manifest, started)
-            self.reporter.trial_done(label, f"[red]failed[/red]: {str(exc)[:120]}")
-            return
-        except (OSError, ValueError, IolabError) as exc:
-            self._stop_probes(probes)
-            self._record_failure(trial, f"{type(exc).__name__}: {exc}", placement.manifest, started)
-            self.reporter.trial_done(label, f"[red]failed[/red]: {str(exc)[:120]}")
-            return
-        flags = list(placement.manifest.get("flags", [])) + result.flags + \
-            confounders.detect(c.workload, result.metrics, probe_data)
+            try:
+                target.reset_between_trials(placement)
+                cgroup = TrialCgroup.create(self.ledger)  # every host process of the trial lives in it
+                here = placement.within(cgroup)
+                wanted = set(self.spec.settings.probes)
+                probes = [p() for p in probe_classes() if (p.default or p.name in wanted) and p.applies_to(here)]
+                for p in probes:
+                    p.start(here)
+                result = self.workloads[c.id].run(here, self.timeout_for(c))
+                probe_data = {p.name: p.stop() for p in probes}
+                probes = []
+                flags = list(placement.manifest.get("flags", [])) + result.flags + \
+                    confounders.detect(c.workload, result.metrics, probe_data)
+                manifest = {"target": placement.manifest, "workload": c.workload, "job": result.job_text,
+                            "executor": placement.executor.name, "timeout_s": self.timeout_for(c),
+                            "trial_cgroup": cgroup.manifest()}
+                if result.manifest:  # the trial's own entries (the target's are in "target")
+                    manifest["workload_facts"] = result.manifest
+                trial_metrics = dict(result.metrics)
+                if result.cpu_busy is not None:
+                    trial_metrics["generator_cpu_busy"] = result.cpu_busy
+            except TrialFailed as exc:  # an explained failure (fio's exit status, a timeout): no traceback
+                self._stop_probes(probes)
+                self._record_failure(trial, str(exc), placement.manifest, started)
+                self.reporter.trial_done(label, f"[red]failed[/red]: {str(exc)[:120]}")
+                return
+            except Exception as exc:  # anything else (a KeyError in a probe, a parse error): this trial's failure
+                tb = traceback.format_exc()
+                self._stop_probes(probes)
+                self._record_failure(trial, _why(exc), placement.manifest, started, tb=tb)
+                self.reporter.trial_done(label, f"[red]failed[/red]: {_why(exc)[:120]}")
+                return
+        finally:  # whatever the trial left running ends here, before the next trial starts
+            self._end_cgroup(cgroup, f"trial {trial.id}")
         metric = self.main_metric(c)
-        manifest = {"target": placement.manifest, "workload": c.workload, "job": result.job_text,
-                    "executor": placement.executor.name, "timeout_s": self.timeout_for(c)}
-        metrics = dict(result.metrics)
-        if result.cpu_busy is not None:
-            metrics["generator_cpu_busy"] = result.cpu_busy
-        tr = TrialResult(trial.id, c.id, trial.repetition, _params(c), "ok", None, metrics, probe_data, manifest,
+        tr = TrialResult(trial.id, c.id, trial.repetition, _params(c), "ok", None, trial_metrics, probe_data, manifest,
                          flags, started, time.time())
         self.store.save_trial(self.run_id, tr, result.raw)
         st.attempts += 1
-        st.ok_values.append(metrics.get(metric, math.nan))
-        value = metrics.get(metric)
+        st.ok_values.append(trial_metrics.get(metric, math.nan))
+        value = trial_metrics.get(metric)
         shown = f"{metric}={value:.4g}" if isinstance(value, (int, float)) else "ok"
         self.reporter.trial_done(label, shown + (f" [yellow]({len(flags)} flag(s))[/yellow]" if flags else ""))
+
+    def _end_cgroup(self, cgroup: TrialCgroup | None, whose: str) -> None:
+        """Kill what a trial (or hook) left running and remove its cgroup. A process that will
+        not die is a problem of the run (extra.problems); its ledger entry stays for release_all."""
+        if cgroup is None:
+            return
+        try:
+            cgroup.close()
+        except Exception as exc:
+            self._problem(f"ending the processes of {whose}", exc)
 
     def _stop_probes(self, probes: list[Probe]) -> None:
         for p in probes:
@@ -236,16 +340,18 @@ class Runner:
                 pass
 
     def _record_failure(self, trial: Trial, error: str, target_manifest: dict[str, Any],
-                        started: float | None = None) -> None:
+                        started: float | None = None, tb: str | None = None) -> None:
         st = self.state[trial.config.id]
         tr = TrialResult(trial.id, trial.config.id, trial.repetition, _params(trial.config), "failed", error, {}, {},
                          {"target": target_manifest, "workload": trial.config.workload}, [], started or time.time(),
-                         time.time())
+                         time.time(), traceback=_clip(tb))
         self.store.save_trial(self.run_id, tr, None)
         st.attempts += 1
         st.failures += 1
 
     def _final_status(self) -> str:
+        """failed: no success at all; partial: a configuration short of its minimum (abandoned
+        after failures, or its target failed); complete: every configuration has its minimum."""
         s = self.spec.settings
         oks = [len(self.state[c.id].ok_values) for c in self.spec.configs]
         if not any(oks):
@@ -258,6 +364,22 @@ def _params(c: Config) -> dict[str, Any]:
     return {**c.labels, "_target": c.target, "_workload": c.workload}
 
 
+def _why(exc: BaseException) -> str:
+    """The reason stored as a trial's error: the exception's type and message."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+TRACEBACK_MAX = 20_000
+
+
+def _clip(tb: str | None) -> str | None:
+    """Tracebacks are kept whole unless huge; then the end (where it was raised) is kept."""
+    if tb is None or len(tb) <= TRACEBACK_MAX:
+        return tb
+    return "...\n" + tb[-TRACEBACK_MAX:]
+
+
 def _tkey(target: dict) -> str:
     return repr(sorted(target.items()))
 
@@ -268,24 +390,25 @@ def _fmt_s(s: float) -> str:
 
 @contextmanager
 def _signals_as_interrupt() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C: stop, clean up, keep finished trials."""
+    """SIGINT, SIGTERM and SIGHUP (the terminal went away) all mean Ctrl-C: stop, clean up,
+    keep finished trials. A signal the caller ignores stays ignored (`nohup iolab run ...`)."""
     def _raise(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, _raise)
+    old = {s: signal.signal(s, _raise) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
 @contextmanager
 def _signals_ignored() -> Iterator[None]:
-    """A second Ctrl-C during cleanup must not strand half-removed resources."""
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """A second Ctrl-C (or a SIGTERM/SIGHUP) during cleanup must not strand half-removed resources."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)

@@ -1,10 +1,21 @@
-"""The built-in studies. Each is one module with the same parts:
+"""The built-in studies, and the shape every one of them has.
 
-NAME, SUMMARY           what `iolab study list` shows
-build(quick) -> dict    the study spec, the same shape a user's TOML has
-analyze(doc) -> dict    findings from the results document (pure; testable on stored data)
-present(doc, findings)  -> (headline lines, report sections)
-before_group (optional) a check on a prepared target before its trials (e.g. a sanity gate)
+Like every PerfKitBenchmarker benchmark, every built-in study reads the same way: one
+package `studies/<name>/` with the same parts under the same names.
+
+  __init__.py      NAME, SUMMARY and the parts' functions re-exported (`__all__`), nothing else
+  spec.py          NAME, SUMMARY (what `iolab study list` shows) and build(quick) -> the study spec
+                   as a dict, the same shape a user's TOML has (`iolab study NAME --print-spec`)
+  hook.py          only if the study has one: before_group(ctx: GroupContext) -> GroupDecision | None,
+                   a check or preparation on each prepared target before its trials (studies/hooks.py)
+  analysis.py      analyze(doc) -> findings: pure, on the results document (docs/results.md), so every
+                   finding can be recomputed from a stored run and tested without a machine
+  presentation.py  present(doc, findings) -> (headline lines, report sections)
+
+A part may use a module of its own inside the package (write-modes' crosscheck.py, part of
+its analysis); parts shared by several studies are in studies/common.py, or are another
+study's part (virtio reuses iozone's). Adding a study is its package and one line here
+(docs/architecture.md#the-study-shape).
 """
 
 from __future__ import annotations
@@ -21,17 +32,29 @@ BUILTIN: dict[str, str] = {
     "virtio": "iolab.studies.virtio",
     "sync-amplification": "iolab.studies.sync_amplification",
     "vm-profile": "iolab.studies.vm_profile",
+    "fleet-scan": "iolab.studies.fleet_scan",
 }
 DEFAULT_STUDY = "write-modes"
+# Analyses that are not studies of their own: a reproduction's page of claims.
+ANALYSES: dict[str, str] = {"reproduce": "iolab.reproduce.page"}
+
+# The shape, as tests/studies/test_study_shape.py checks it on every package above.
+PARTS = ("spec", "analysis", "presentation")                  # every study has these modules
+OPTIONAL_PARTS = ("hook",)                                    # and may have these
+EXPORTS = ("NAME", "SUMMARY", "build", "analyze", "present")  # what __init__ re-exports
+HOOK_EXPORT = "before_group"                                  # ... plus this, exactly with hook.py
 
 
 def available() -> dict[str, ModuleType]:
+    """Every built-in study, imported. A study whose own package is absent from this build is
+    left out; any other import error is a bug and raised."""
     out = {}
     for name, mod in BUILTIN.items():
         try:
             out[name] = importlib.import_module(mod)
-        except ModuleNotFoundError:
-            continue  # not part of this build yet
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
     return out
 
 
@@ -44,6 +67,8 @@ def get(name: str) -> ModuleType:
 
 def analysis_module(name: str) -> ModuleType:
     """The module whose analyze/present apply to a run: a built-in study, or the generic one."""
+    if name in ANALYSES:
+        return importlib.import_module(ANALYSES[name])
     if name in BUILTIN:
         try:
             return get(name)

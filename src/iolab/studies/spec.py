@@ -4,13 +4,19 @@ A spec has a [study] table, one or more targets and one or more workloads. Any l
 in a target or workload table is an axis: the matrix is the product of all of them.
 Everything is validated before anything runs; errors name the file, the key and what
 was expected, and nothing is created.
+
+Hostile input is an input error like any other: the file is read with a size cap and only
+if it is a regular file (core.inputs); nesting, strings (NUL, control characters, length),
+non-finite numbers and booleans given for numbers are refused by key before any model
+sees them; the number of configurations is computed from the axis lengths and refused
+above MAX_CONFIGS before the matrix is expanded.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
-import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +24,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from iolab.core import registry
+from iolab.core import metrics, registry
 from iolab.core.errors import SpecError
+from iolab.core.inputs import parse_user_toml, read_user_text
 from iolab.core.model import Config
 from iolab.core.units import parse_duration
+from iolab.studies import fio_import
 
 
 class StudySettings(BaseModel):
@@ -42,7 +50,12 @@ class StudySettings(BaseModel):
     @field_validator("trial_timeout", mode="before")
     @classmethod
     def _duration(cls, v: Any) -> Any:
-        return None if v is None else parse_duration(v)
+        if v is None:
+            return None
+        seconds = parse_duration(v)
+        if seconds <= 0:
+            raise ValueError(f"trial_timeout must be longer than 0 s, got {v!r}")
+        return seconds
 
 
 @dataclass
@@ -61,28 +74,29 @@ class StudySpec:
 
 
 TOP_KEYS = {"study", "target", "targets", "workload", "workloads"}
+MAX_CONFIGS = 100_000   # configurations in one study; more is refused before the matrix is built
+MAX_DEPTH = 8           # nesting of tables and arrays (a real spec needs 4)
+MAX_STRING = 4096       # characters in a string value or key (PATH_MAX)
+TEXT_KEYS = {"description", "job_text"}  # the only strings that may hold newlines and tabs
 
 
 def load_spec_file(path: Path) -> StudySpec:
     """A spec from a TOML file, or an fio job file imported as a study."""
     source = str(path)
-    if not path.exists():
-        raise SpecError(source, [("(file)", "no such file")])
-    if path.suffix == ".fio" or path.suffix == ".job":
-        from iolab.studies import fio_import
-
-        return from_dict(fio_import.spec_from_jobfile(path), source)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(source, [("(syntax)", str(exc))]) from None
-    except UnicodeDecodeError:
-        raise SpecError(source, [("(file)", "not a UTF-8 text file")]) from None
+    text = read_user_text(path)
+    if path.suffix in (".fio", ".job"):
+        return from_dict(fio_import.spec_from_jobfile(path, text), source)
+    doc = parse_user_toml(text, source)
     return from_dict(doc, source)
 
 
 def from_dict(doc: dict[str, Any], source: str, options: dict[str, Any] | None = None) -> StudySpec:
     problems: list[tuple[str, str]] = []
+    if not isinstance(doc, dict):
+        raise SpecError(source, [("(document)", "expected a table of [study], [target] and [workload]")])
+    _check_values(doc, "", 0, problems)
+    if problems:
+        raise SpecError(source, _dedupe(problems))
     for key in doc:
         if key not in TOP_KEYS:
             problems.append((key, f"unknown key; expected one of {', '.join(sorted(TOP_KEYS))}"))
@@ -102,10 +116,79 @@ def from_dict(doc: dict[str, Any], source: str, options: dict[str, Any] | None =
     return StudySpec(settings=settings, configs=configs, source=source, raw=doc, options=options or {})
 
 
+def _check_values(value: Any, path: str, depth: int, problems: list[tuple[str, str]]) -> None:
+    """Refuse, by key, what no model should see: deep nesting, NUL and control characters,
+    over-long strings, infinite or NaN numbers."""
+    where = path or "(document)"
+    if depth > MAX_DEPTH:
+        problems.append((where, f"nested more than {MAX_DEPTH} levels deep"))
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if not isinstance(k, str) or len(k) > 128 or _control(k, multiline=False):
+                problems.append((sub[:200], "a key must be a short string without control characters"))
+                continue
+            _check_values(v, sub, depth + 1, problems)
+    elif isinstance(value, list):
+        if len(value) > MAX_CONFIGS:
+            problems.append((where, f"a list of {len(value)} values; at most {MAX_CONFIGS}"))
+            return
+        for i, v in enumerate(value):
+            _check_values(v, f"{where}[{i}]", depth + 1, problems)
+    elif isinstance(value, str):
+        key = path.rsplit(".", 1)[-1].split("[", 1)[0]
+        limit = (1 << 20) if key == "job_text" else MAX_STRING
+        if len(value) > limit:
+            problems.append((where, f"a string of {len(value)} characters; at most {limit}"))
+        elif key == "job_text":
+            pass  # the job-file sandbox checks every byte and names the line
+        elif "\0" in value:
+            problems.append((where, "contains a NUL character"))
+        elif _control(value, multiline=key in TEXT_KEYS):
+            problems.append((where, "contains control characters (newlines only in description and job_text)"))
+    elif isinstance(value, float) and not math.isfinite(value):
+        problems.append((where, f"expected a finite number, got {value}"))
+
+
+def _control(text: str, multiline: bool) -> bool:
+    allowed = "\n\t\r" if multiline else ""
+    return any((ord(c) < 0x20 and c not in allowed) or ord(c) == 0x7F for c in text)
+
+
+def _bool_problems(model: type[BaseModel], table: dict[str, Any], prefix: str) -> list[tuple[str, str]]:
+    """true/false given for a number: pydantic would read it as 1/0."""
+    out = []
+    for key, value in table.items():
+        f = model.model_fields.get(key)
+        if isinstance(value, bool) and f is not None and not _accepts_bool(f.annotation):
+            out.append((f"{prefix}.{key}", f"expected {_type_name(f.annotation)}, got {str(value).lower()}"))
+    return out
+
+
+def _accepts_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Literal:
+        return any(isinstance(a, bool) for a in args)
+    return any(_accepts_bool(a) for a in args) if args else False
+
+
+def _type_name(annotation: Any) -> str:
+    if annotation in (int, float) or int in typing.get_args(annotation) or float in typing.get_args(annotation):
+        return "a number"
+    return "a value of another type"
+
+
 def _settings(doc: dict[str, Any], problems: list[tuple[str, str]]) -> StudySettings | None:
     table = doc.get("study")
     if not isinstance(table, dict):
         problems.append(("study", "missing [study] table (with at least name = \"...\")"))
+        return None
+    bools = _bool_problems(StudySettings, table, "study")
+    if bools:
+        problems.extend(bools)
         return None
     try:
         return StudySettings(**table)
@@ -136,12 +219,21 @@ def _tables(doc: dict[str, Any], one: str, many: str, problems: list[tuple[str, 
 
 def _matrix(targets: list[tuple[str, dict]], workloads: list[tuple[str, dict]],
             problems: list[tuple[str, str]]) -> list[Config]:
-    t_cells = [c for path, t in targets for c in _expand(path, t, registry.TARGETS, registry.target_class, problems)]
-    w_cells = [c for path, w in workloads for c in _expand(path, w, registry.WORKLOADS, registry.workload_class, problems)]
+    t_plans = [_plan(path, t, registry.TARGETS, registry.target_class, problems) for path, t in targets]
+    w_plans = [_plan(path, w, registry.WORKLOADS, registry.workload_class, problems) for path, w in workloads]
+    # a table that failed to plan counts as one cell: the other side is still checked, not expanded blindly
+    count = max(sum(_cells(p) for p in t_plans), 1) * max(sum(_cells(p) for p in w_plans), 1)
+    if count > MAX_CONFIGS:
+        problems.append(("(matrix)", f"{count} configurations (the product of the axis lengths); iolab runs at most "
+                                     f"{MAX_CONFIGS} in one study: remove axis values"))
+        return []
+    t_cells = [c for p in t_plans for c in _expand(p, problems)]
+    w_cells = [c for p in w_plans for c in _expand(p, problems)]
     if problems:
         return []
     configs = []
-    for (t_name, t_params, t_axes), (w_name, w_params, w_axes) in itertools.product(t_cells, w_cells):
+    for (t_name, t_params, t_axes, _), (w_name, w_params, w_axes, w_path) in itertools.product(t_cells, w_cells):
+        _check_pair(w_path, w_params, t_params, problems)
         labels: dict[str, Any] = {}
         if len(targets) > 1:
             labels["target"] = t_name
@@ -155,31 +247,73 @@ def _matrix(targets: list[tuple[str, dict]], workloads: list[tuple[str, dict]],
     return configs
 
 
-def _expand(path: str, table: dict, kinds: dict[str, str], load: Any,
-            problems: list[tuple[str, str]]) -> list[tuple[str, dict, list[str]]]:
-    """One table with list-valued keys -> (name, validated params, axis keys), one per combination."""
+@dataclass
+class _Plan:
+    """One target or workload table, split into fixed keys and axes (not yet expanded)."""
+
+    path: str
+    name: str
+    cls: Any
+    fixed: dict[str, Any]
+    axes: dict[str, list[Any]]
+
+
+def _plan(path: str, table: dict, kinds: dict[str, str], load: Any, problems: list[tuple[str, str]]) -> _Plan | None:
     table = dict(table)
-    name = str(table.pop("name", "")) or str(table.get("kind", "?"))
+    name = table.pop("name", "")
+    if not isinstance(name, str):
+        problems.append((f"{path}.name", f"expected a string, got {name!r:.80}"))
+        return None
     kind = table.get("kind")
     if not isinstance(kind, str) or kind not in kinds:
-        problems.append((f"{path}.kind", f"expected one of {', '.join(sorted(kinds))}, got {kind!r}"))
-        return []
+        problems.append((f"{path}.kind", f"expected one of {', '.join(sorted(kinds))}, got {kind!r:.80}"))
+        return None
     cls = load(kind)
+    unknown = [k for k in table if k not in cls.Params.model_fields]
+    if unknown:  # refused once, not once per combination of the axes
+        problems.extend((f"{path}.{k}", "unknown key") for k in unknown)
+        return None
     axes = {k: v for k, v in table.items() if isinstance(v, list) and not _is_list_field(cls.Params, k)}
     for k, v in axes.items():
         if not v:
             problems.append((f"{path}.{k}", "an axis needs at least one value"))
-            return []
+            return None
     fixed = {k: v for k, v in table.items() if k not in axes}
+    return _Plan(path, name or kind, cls, fixed, axes)
+
+
+def _cells(plan: _Plan | None) -> int:
+    return math.prod(len(v) for v in plan.axes.values()) if plan else 0
+
+
+def _check_pair(path: str, workload: dict[str, Any], target: dict[str, Any], problems: list[tuple[str, str]]) -> None:
+    """A workload's check that needs its target (e.g. a job file's names inside a host directory)."""
+    check = getattr(registry.workload_class(workload["kind"]), "check_target", None)
+    if check is None:
+        return
+    try:
+        check(workload, target)
+    except (ValueError, OSError) as exc:
+        problems.append((path, str(exc)))
+
+
+def _expand(plan: _Plan | None, problems: list[tuple[str, str]]) -> list[tuple[str, dict, list[str], str]]:
+    """One planned table -> (name, validated params, axis keys, key path), one per combination."""
+    if plan is None:
+        return []
     out = []
-    for combo in itertools.product(*axes.values()) if axes else [()]:
-        params = dict(fixed, **dict(zip(axes, combo)))
+    for combo in itertools.product(*plan.axes.values()) if plan.axes else [()]:
+        params = dict(plan.fixed, **dict(zip(plan.axes, combo, strict=True)))
+        bools = _bool_problems(plan.cls.Params, params, plan.path)
+        if bools:
+            problems.extend(bools)
+            continue
         try:
-            out.append((name, cls.Params(**params).model_dump(mode="json"), list(axes)))
+            out.append((plan.name, plan.cls.Params(**params).model_dump(mode="json"), list(plan.axes), plan.path))
         except ValidationError as exc:
-            problems.extend(_pydantic_problems(path, exc))
-        except ValueError as exc:
-            problems.append((path, str(exc)))
+            problems.extend(_pydantic_problems(plan.path, exc))
+        except (ValueError, TypeError, ArithmeticError, OSError) as exc:
+            problems.append((plan.path, f"{exc}"))
     return out
 
 
@@ -194,11 +328,14 @@ def _is_list_field(model: type[BaseModel], key: str) -> bool:
 
 
 def _check_metric(metric: str, configs: list[Config], problems: list[tuple[str, str]]) -> None:
-    known: set[str] = set()
+    """study.metric must be a metric every configuration's workload declares (core/metrics.py)."""
     for c in configs:
-        known |= set(getattr(registry.workload_class(c.workload["kind"]), "metrics", ()))
-    if known and metric not in known:
-        problems.append(("study.metric", f"unknown metric {metric!r}; this study's workloads give {', '.join(sorted(known))}"))
+        declared = metrics.for_workload(c.workload)
+        if metric not in declared:
+            names = ", ".join(sorted(m.name for m in declared))
+            problems.append(("study.metric", f"unknown metric {metric!r} for workload {c.workload.get('kind')!r}; "
+                                             f"it declares {names}"))
+            return
 
 
 def _pydantic_problems(prefix: str, exc: ValidationError) -> list[tuple[str, str]]:
@@ -211,7 +348,8 @@ def _pydantic_problems(prefix: str, exc: ValidationError) -> list[tuple[str, str
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif "input" in err and loc and not isinstance(err["input"], (dict, list)) and "got " not in msg:
-            msg = f"{msg} (got {err['input']!r})"
+            shown = repr(err["input"])
+            msg = f"{msg} (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
         out.append((f"{prefix}.{loc}" if loc else prefix, re.sub(r"^Value error, ", "", msg)))
     return out
 

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from iolab.core.metrics import RUNNER_METRICS, Metric, MetricSet
 from iolab.targets.base import Placement
 
 
@@ -22,6 +23,13 @@ class WorkloadResult:
     raw: the generator's own output (fio JSON...), kept in the store for later analysis.
     job_text: the exact job/command that ran, for the manifest (rerunnable).
     flags: confounders detected (e.g. "generator_cpu_bound", "mode_not_effective: ...").
+    manifest: the trial's own manifest entries: what the workload saw of this run that is
+           evidence, not a metric (how many bytes of its data file existed before the trial,
+           the shuffled weight assignment of its groups, their share over time), stored as
+           `trials[].manifest.workload_facts` (docs/results.md) so a report can give the
+           measured cause of a surprise. This is the only place for per-trial entries: a
+           workload never writes into `placement.manifest`, which is the target's and is
+           shared by every trial on it, failed ones included.
     """
 
     metrics: dict[str, float]
@@ -29,13 +37,17 @@ class WorkloadResult:
     job_text: str = ""
     flags: list[str] = field(default_factory=list)
     cpu_busy: float | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 class Workload(ABC):
     kind: ClassVar[str]
     Params: ClassVar[type[WorkloadParams]]
-    # The metric adaptive stopping watches unless the study names another.
-    main_metric: ClassVar[str]
+    # The metric adaptive stopping watches unless the study names another: a class default,
+    # or set in __init__ when the params decide it (primes, fio-groups).
+    main_metric: str
+    # Every metric run() can put in WorkloadResult.metrics, declared once (core/metrics.py).
+    metrics: ClassVar[tuple[Metric, ...]] = ()
 
     def __init__(self, params: WorkloadParams):
         self.params = params
@@ -47,6 +59,15 @@ class Workload(ABC):
     @abstractmethod
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         """Run once on the prepared placement. Raise TrialFailed with the reason on failure."""
+
+    @classmethod
+    def metric_set(cls, workload: dict[str, Any]) -> MetricSet:
+        """The declarations for one configuration (its validated params as a dict).
+
+        The runner's own metrics are added unless the workload declares a name itself.
+        A workload whose aggregation depends on its parameters (fixed time or fixed work)
+        overrides this."""
+        return MetricSet(cls.metrics).merged(RUNNER_METRICS)
 
     def describe(self) -> list[str]:
         return [f"workload {self.kind}: " + ", ".join(

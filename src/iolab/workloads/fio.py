@@ -12,8 +12,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from iolab.core.errors import TrialFailed
+from iolab.core.exec import ExecRequest
+from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import parse_duration, parse_size
-from iolab.targets.base import Placement
+from iolab.fleet.metrics import FLEET_METRICS
+from iolab.targets.base import FioFleet, Placement
 from iolab.workloads import fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -29,7 +32,7 @@ class FioParams(WorkloadParams):
     size: int = Field(256 << 20, description="file size or device region, bytes or '256M'")
     iodepth: int = Field(1, ge=1, le=4096)
     numjobs: int = Field(1, ge=1, le=256)
-    ioengine: Literal["libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio"] = "libaio"
+    ioengine: Literal["libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "null"] = "libaio"
     direct: bool = True
     sync: bool = Field(False, description="open with O_SYNC")
     fsync: int = Field(0, ge=0, description="fsync after every N writes")
@@ -40,6 +43,9 @@ class FioParams(WorkloadParams):
     rwmixread: int = Field(50, ge=0, le=100)
     prefill: bool = Field(True, description="write the file before a read test (sparse files read as zeros)")
     drop_caches: bool = Field(False, description="drop the page cache before the run (host only)")
+    fresh_file: bool = Field(False, description=(
+        "remove iolab's data file before the trial, so writes append to a new file (as R2's program "
+        "and iozone's write test do) instead of overwriting the file an earlier trial laid out"))
 
     @field_validator("bs", "size", mode="before")
     @classmethod
@@ -60,7 +66,7 @@ class FioParams(WorkloadParams):
         return parse_duration(v)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "FioParams":
+    def _consistent(self) -> FioParams:
         if self.bs < 512 or self.bs > self.size:
             raise ValueError(f"bs must be between 512 bytes and size ({self.size}), got {self.bs}")
         if self.direct and self.bs % 512:
@@ -71,11 +77,17 @@ class FioParams(WorkloadParams):
 class FioWorkload(Workload):
     kind: ClassVar[str] = "fio"
     Params: ClassVar[type[WorkloadParams]] = FioParams
-    main_metric: ClassVar[str] = "iops"
-    metrics: ClassVar[tuple[str, ...]] = ("iops", "bw_mib_s", "read_iops", "write_iops", "read_bw_mib_s",
-                                          "write_bw_mib_s", "read_lat_mean_us", "write_lat_mean_us",
-                                          "read_clat_p99_us", "write_clat_p99_us")
+    main_metric = "iops"
+    metrics: ClassVar[tuple[Metric, ...]] = fio_engine.FIO_METRICS + FLEET_METRICS
     params: FioParams
+
+    @classmethod
+    def metric_set(cls, workload: dict[str, Any]) -> MetricSet:
+        """Time-based jobs: rates average arithmetically; runtime none (one pass over size): harmonic."""
+        base = super().metric_set(workload)
+        if "runtime" in workload and workload["runtime"] is None:
+            return base.with_aggregate(fio_engine.RATE_METRICS, "harmonic")
+        return base
 
     def estimate_seconds(self) -> float:
         p = self.params
@@ -102,6 +114,17 @@ class FioWorkload(Workload):
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         p = self.params
+        if placement.fio_fleet is not None:
+            return self._run_on_fleet(placement.fio_fleet, timeout_s)
+        facts: dict[str, Any] = {}
+        if p.fresh_file:
+            if placement.is_block_device or not placement.directory or placement.path:
+                raise TrialFailed("fresh_file needs a target that offers a directory (a file iolab creates), "
+                                  "not a device")
+            remove_data_file(placement)
+        if not placement.is_block_device and p.rw not in READS:
+            # evidence for reports: an O_SYNC write that extends a file also commits its size
+            facts["data_file_bytes_before"] = data_file_bytes(placement)
         if p.rw in READS or p.rw in ("rw", "randrw"):
             if p.prefill and not placement.is_block_device:
                 prefill(placement, p.size, timeout_s)
@@ -111,7 +134,19 @@ class FioWorkload(Workload):
         data, res = fio_engine.run_fio(placement.executor, job, timeout_s)
         metrics = fio_engine.summed_metrics(data)
         flags = cpu_flags(res.cpu_busy, p.numjobs)
-        return WorkloadResult(metrics=metrics, raw=data, job_text=job, flags=flags, cpu_busy=res.cpu_busy)
+        return WorkloadResult(metrics=metrics, raw=data, job_text=job, flags=flags, cpu_busy=res.cpu_busy,
+                              manifest=facts)
+
+
+    def _run_on_fleet(self, fleet: FioFleet, timeout_s: float) -> WorkloadResult:
+        """The same job on every host of a fleet (targets/fleet.py), each on its own file or device."""
+        p = self.params
+        if p.fresh_file or p.drop_caches:
+            raise TrialFailed("fresh_file and drop_caches act on this machine only: not on a fleet")
+        wants_prefill = p.prefill and (p.rw in READS or p.rw in ("rw", "randrw"))
+        run = fleet.run_fio(self.job_text, timeout_s, p.size if wants_prefill else None)
+        return WorkloadResult(metrics=run.metrics, raw=run.raw, job_text=run.job_text, flags=run.flags,
+                              manifest=run.facts)
 
 
 def target_filename(placement: Placement) -> str:
@@ -120,6 +155,22 @@ def target_filename(placement: Placement) -> str:
     if placement.directory:
         return f"{placement.directory.rstrip('/')}/{DATA_FILE}"
     raise TrialFailed("the target offers neither a file/device path nor a directory")
+
+
+def data_file_bytes(placement: Placement) -> int:
+    """Size of the workload's data file before the trial (0 if absent): append or overwrite?"""
+    res = placement.executor.run(ExecRequest(argv=["stat", "-c", "%s", "--", target_filename(placement)],
+                                             timeout_s=30))
+    out = res.stdout.strip()
+    return int(out) if res.returncode == 0 and out.isdigit() else 0
+
+
+def remove_data_file(placement: Placement) -> None:
+    """Remove iolab's own data file (never a path the user named: only DATA_FILE in the directory)."""
+    path = f"{str(placement.directory).rstrip('/')}/{DATA_FILE}"
+    res = placement.executor.run(ExecRequest(argv=["rm", "-f", "--", path], timeout_s=60))
+    if res.returncode != 0:
+        raise TrialFailed(f"could not remove {path} for a fresh file: {res.tail()}")
 
 
 def prefill(placement: Placement, size: int, timeout_s: float) -> None:
@@ -133,8 +184,6 @@ def prefill(placement: Placement, size: int, timeout_s: float) -> None:
 
 def drop_caches(placement: Placement) -> None:
     """Drop the page cache for real and check that it happened (Cached must fall)."""
-    from iolab.core.exec import ExecRequest
-
     res = placement.executor.run(ExecRequest(
         argv=["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], timeout_s=60))
     if res.returncode != 0:

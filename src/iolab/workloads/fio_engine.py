@@ -14,27 +14,11 @@ from typing import Any
 
 from iolab.core.errors import RefusedError, TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult, Executor
+from iolab.core.metrics import Metric
+from iolab.workloads import fio_sandbox
 
 RESULT_FILE = "fio-result.json"
 JOB_FILE = "job.fio"
-
-# Options that make fio run programs, load code or reach beyond the job: never allowed,
-# neither in rendered jobs nor in imported job files.
-FORBIDDEN_OPTIONS = {
-    "exec_prerun": "runs a shell command before the job",
-    "exec_postrun": "runs a shell command after the job",
-    "ioscheduler": "changes the device's scheduler (iolab controls and restores schedulers itself)",
-    "cgroup": "moves fio into a cgroup (iolab places processes in its own cgroups)",
-    "cgroup_weight": "writes cgroup weights (iolab's cgroup target does this with read-back)",
-    "cgroup_nodelete": "leaves cgroups behind",
-    "write_iolog": "writes a file outside iolab's work directory",
-    "write_bw_log": "writes files outside iolab's work directory",
-    "write_lat_log": "writes files outside iolab's work directory",
-    "write_iops_log": "writes files outside iolab's work directory",
-    "write_hist_log": "writes files outside iolab's work directory",
-}
-FORBIDDEN_ENGINES = ("exec", "external")
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/+=%@-]*$")
 
 
 def fio_version() -> str | None:
@@ -46,8 +30,9 @@ def fio_version() -> str | None:
 
 
 def render_job(global_opts: dict[str, Any], jobs: list[tuple[str, dict[str, Any]]]) -> str:
-    """Job text from typed values. Every value is checked against a conservative charset,
-    so nothing a user typed can inject a new option or line."""
+    """Job text from typed values. Every option must be in the job-file sandbox's allowlist and
+    every value pass its kind's character set (fio_sandbox.check_rendered_option), so nothing a
+    user typed can inject a new option or line, and iolab's own jobs obey the same rules."""
     lines = ["[global]"] + [_line(k, v) for k, v in global_opts.items() if v is not None]
     for name, opts in jobs:
         _check_token(name)
@@ -57,15 +42,8 @@ def render_job(global_opts: dict[str, Any], jobs: list[tuple[str, dict[str, Any]
 
 def _line(key: str, value: Any) -> str:
     _check_token(key)
-    if key in FORBIDDEN_OPTIONS:
-        raise RefusedError(f"fio option {key} is refused: it {FORBIDDEN_OPTIONS[key]}")
-    if value is True:
-        return f"{key}=1"
-    if value is False:
-        return f"{key}=0"
-    text = str(value)
-    if not _SAFE_VALUE.match(text):
-        raise RefusedError(f"fio option {key}: value {text!r} has characters iolab does not pass to fio")
+    text = "1" if value is True else "0" if value is False else str(value)
+    fio_sandbox.check_rendered_option(key, text)
     return f"{key}={text}"
 
 
@@ -108,6 +86,28 @@ def parse_result(res: ExecResult) -> dict[str, Any]:
 
 MIB = float(1 << 20)
 PERCENTILES = {"p50": "50.000000", "p95": "95.000000", "p99": "99.000000", "p99_9": "99.900000"}
+
+
+_SIDE = "{side:read|write}"
+# What job_metrics / summed_metrics produce. Rates are means over a fixed time (time_based);
+# a workload whose job runs a fixed amount of work switches them to "harmonic".
+RATE_METRICS = ("iops", "bw_mib_s", f"{_SIDE}_iops", f"{_SIDE}_bw_mib_s")
+FIO_METRICS: tuple[Metric, ...] = (
+    Metric("iops", "IOPS", "higher", "I/Os per second, reads and writes together"),
+    Metric("bw_mib_s", "MiB/s", "higher", "bandwidth, reads and writes together (2^20 bytes/s)"),
+    Metric(f"{_SIDE}_iops", "IOPS", "higher", "I/Os per second of one direction"),
+    Metric(f"{_SIDE}_bw_mib_s", "MiB/s", "higher", "bandwidth of one direction (2^20 bytes/s)"),
+    Metric(f"{_SIDE}_bytes", "bytes", "neither", "bytes transferred in one direction"),
+    Metric(f"{_SIDE}_ios", "I/Os", "neither", "I/Os completed in one direction"),
+    Metric(f"{_SIDE}_lat_mean_us", "µs", "lower", "mean total latency (submission + completion) of one direction"),
+    Metric(f"{_SIDE}_clat_{{pct:p50|p95|p99|p99_9}}_us", "µs", "lower",
+           "completion-latency percentile of one direction (fio's clat percentiles)"),
+    Metric("runtime_s", "s", "neither", "fio's job runtime (set by the job when time_based)"),
+    Metric("fio_usr_cpu_pct", "%", "neither", "fio's user CPU as a percentage of its runtime"),
+    Metric("fio_sys_cpu_pct", "%", "neither", "fio's system CPU as a percentage of its runtime"),
+    Metric("syncs", "calls", "neither", "fsync/fdatasync calls fio issued"),
+    Metric("sync_lat_mean_us", "µs", "lower", "mean latency of fio's fsync/fdatasync calls"),
+)
 
 
 def job_metrics(job: dict[str, Any]) -> dict[str, float]:
@@ -155,7 +155,7 @@ def summed_metrics(data: dict[str, Any]) -> dict[str, float]:
         if "lat" in key or key.endswith("_us"):
             side = key.split("_", 1)[0]
             weights = [m.get(f"{side}_ios", 1.0) for m in per if key in m]
-            out[key] = sum(v * w for v, w in zip(vals, weights)) / max(sum(weights), 1.0)
+            out[key] = sum(v * w for v, w in zip(vals, weights, strict=True)) / max(sum(weights), 1.0)
         elif key == "runtime_s":
             out[key] = max(vals)
         else:

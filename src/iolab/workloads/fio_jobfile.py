@@ -1,81 +1,150 @@
-"""An imported fio job file, run as-is after a safety check.
+"""An imported fio job file, run inside the job-file sandbox (workloads/fio_sandbox.py).
 
-The file is parsed as fio parses it (INI sections, key=value); options that run commands,
-load code, include other files or change system settings are refused with the line number.
-Paths are left alone: the job runs in a scratch directory, so relative files land there.
+The file is read as fio reads it and every option checked against the allowlist when the
+spec is validated (so `--dry-run` refuses what a run would). At run time it is checked
+again with the real directories (symlinks resolved) and fio runs the canonical text the
+sandbox renders, never the raw file: there is no gap between what was checked and what runs.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any, ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import Field, field_validator, model_validator
 
-from iolab.core.errors import RefusedError
+from iolab.core import paths
+from iolab.core.errors import TrialFailed
+from iolab.core.metrics import Metric, MetricSet
+from iolab.core.units import parse_duration, parse_size
 from iolab.targets.base import Placement
-from iolab.workloads import fio_engine
+from iolab.workloads import fio_engine, fio_sandbox
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.fio import cpu_flags
 
 
-def check_job_text(text: str, source: str = "job file") -> None:
-    """Raise RefusedError naming the line of the first forbidden construct."""
-    for no, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("include ") or line.startswith("include\t"):
-            raise RefusedError(f"{source}:{no}: 'include' is refused: iolab checks one file, not what it pulls in")
-        if line.startswith("["):
-            continue
-        key, _, value = line.partition("=")
-        key = key.strip().lower()
-        if key in fio_engine.FORBIDDEN_OPTIONS:
-            raise RefusedError(f"{source}:{no}: fio option {key} is refused: it {fio_engine.FORBIDDEN_OPTIONS[key]}")
-        if key == "ioengine" and value.strip().split(":")[0].lower() in fio_engine.FORBIDDEN_ENGINES:
-            raise RefusedError(f"{source}:{no}: ioengine={value.strip()} is refused: it runs programs or loads code")
-        if key in ("output", "output-format"):
-            raise RefusedError(f"{source}:{no}: {key} is set by iolab")
+def check_job_text(text: str, source: str = "job file") -> fio_sandbox.JobFile:
+    """The parsed job file; JobFileRefused (exit 2) naming the line of the first forbidden construct.
+
+    Parsing is cached (an axis over max_runtime validates one text once per configuration); the
+    device guard is not: --destroy-data and the devices themselves may change between calls."""
+    job = _parsed(text, source, tuple(sorted(os.environ.items())))
+    fio_sandbox.check_paths(job)
+    return job
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(text: str, source: str, env: tuple[tuple[str, str], ...]) -> fio_sandbox.JobFile:
+    return fio_sandbox.parse(text, source, dict(env))
+
+
+def _time_based(text: str, source: str = "job file") -> bool:
+    """Whether any job runs time_based, read as fio reads the file (fio's boolean: a bare key or a
+    true value). An unreadable file counts as not time-based; validation refuses it anyway."""
+    try:
+        job = fio_sandbox.parse(text, source)
+    except fio_sandbox.JobFileRefused:
+        return False
+    for _section, opts in job.jobs():
+        o = opts.get("time_based")
+        if o is not None and (o.value is None or o.value.strip().lower() not in ("0", "false")):
+            return True
+    return False
 
 
 class FioJobFileParams(WorkloadParams):
     kind: Literal["fio-jobfile"] = "fio-jobfile"
-    job_file: str
-    job_text: str
+    job_file: str = Field(description="where the job came from (for messages and the manifest)")
+    job_text: str = Field(description="the job file's text, checked by the job-file sandbox")
+    max_runtime: float | None = Field(None, description="cap every job's runtime (and ramp/start delay) at this, "
+                                                        "to try a long job file briefly")
+    max_size: int | None = Field(None, description="cap every job's size/filesize/io_size at this")
+
+    @field_validator("max_runtime", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        seconds = parse_duration(v)
+        if seconds <= 0:
+            raise ValueError(f"max_runtime must be longer than 0 s, got {v!r}")
+        return seconds
+
+    @field_validator("max_size", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> Any:
+        return None if v is None else parse_size(v)
 
     @model_validator(mode="after")
-    def _safe(self) -> "FioJobFileParams":
+    def _safe(self) -> FioJobFileParams:
         try:
             check_job_text(self.job_text, self.job_file)
-        except RefusedError as exc:
-            raise ValueError(str(exc)) from None
+        except fio_sandbox.JobFileRefused as exc:
+            raise ValueError(str(exc)) from None  # a spec error under this workload's key
         return self
+
+    @property
+    def caps(self) -> fio_sandbox.Caps:
+        return fio_sandbox.Caps(self.max_runtime, self.max_size)
 
 
 class FioJobFileWorkload(Workload):
     kind: ClassVar[str] = "fio-jobfile"
     Params: ClassVar[type[WorkloadParams]] = FioJobFileParams
-    main_metric: ClassVar[str] = "iops"
-    metrics: ClassVar[tuple[str, ...]] = ("iops", "bw_mib_s")
+    main_metric = "iops"
+    metrics: ClassVar[tuple[Metric, ...]] = fio_engine.FIO_METRICS
     params: FioJobFileParams
 
-    def estimate_seconds(self) -> float:
-        runtime = 0.0
-        for line in self.params.job_text.splitlines():
-            k, _, v = line.partition("=")
-            if k.strip() in ("runtime", "ramp_time"):
-                try:
-                    from iolab.core.units import parse_duration
+    @classmethod
+    def metric_set(cls, workload: dict[str, Any]) -> MetricSet:
+        """A job file without time_based runs a fixed amount of work: its rates average harmonically."""
+        base = super().metric_set(workload)
+        if not _time_based(str(workload.get("job_text", "")), str(workload.get("job_file", "job file"))):
+            return base.with_aggregate(fio_engine.RATE_METRICS, "harmonic")
+        return base
 
-                    runtime += parse_duration(v.strip())
-                except ValueError:
-                    pass
-        return runtime + 10 if runtime else 60
+    def estimate_seconds(self) -> float:
+        return fio_sandbox.parse(self.params.job_text, self.params.job_file).estimate_seconds(self.params.caps)
+
+    @classmethod
+    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
+        """Validation with the target known: in a `host` target's own directory (which may hold
+        symlinks), names are resolved at spec time too, so a link pointing out is an input error."""
+        directory = target.get("directory") if target.get("kind") == "host" else None
+        if not directory:
+            return  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
+        p = FioJobFileParams(**workload)
+        work = str(paths.scratch_dir() / "iolab-work")
+        try:
+            fio_sandbox.check_paths(check_job_text(p.job_text, p.job_file), [directory, work], work, directory)
+        except fio_sandbox.JobFileRefused as exc:
+            raise ValueError(str(exc)) from None
+
+    def touches(self) -> list[str]:
+        """What the job writes besides its own files (for --dry-run): guarded block devices."""
+        devices = fio_sandbox.check_paths(check_job_text(self.params.job_text, self.params.job_file))
+        return [f"OVERWRITES the block device {d} (fio job file {self.params.job_file})" for d in devices]
+
+    def runnable_text(self, placement: Placement) -> str:
+        """The canonical job text for this placement, checked against the real directories.
+
+        On the host every name is resolved (symlinks followed) and must stay inside the work dir
+        or the target's directory; in a guest (iolab's own VM) the lexical check of validation holds.
+        """
+        p = self.params
+        job = fio_sandbox.parse(p.job_text, p.job_file)
+        workdir = str(getattr(placement.executor, "workdir", "") or "")
+        if not workdir:
+            raise TrialFailed("the executor has no work directory: iolab cannot place the job's files")
+        roots = [workdir] + ([placement.directory] if placement.directory else [])
+        on_host = placement.executor.name == "host"
+        fio_sandbox.check_paths(job, roots if on_host else None, workdir, placement.directory)
+        return job.render(placement.directory, p.caps)
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
-        text = self.params.job_text
-        if placement.directory and "directory" not in text:
-            text = f"[global]\ndirectory={placement.directory}\n" + text
+        text = self.runnable_text(placement)
         data, res = fio_engine.run_fio(placement.executor, text, timeout_s)
         return WorkloadResult(metrics=fio_engine.summed_metrics(data), raw=data, job_text=text,
                               flags=cpu_flags(res.cpu_busy, len(data["jobs"])), cpu_busy=res.cpu_busy)
+

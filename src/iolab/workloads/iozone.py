@@ -5,6 +5,16 @@ file again without truncating; `read` follows one untimed priming read; `reread`
 second pass over a file just read; `randread`/`randwrite` touch every record exactly once
 in a fixed shuffled order (fio's random map, fixed seed). Flushes are inside the timing
 (end_fsync, like iozone -e); O_DIRECT like iozone -I. Results in KB/s, 1024-based.
+
+On a target that offers a block device (a loop device without a filesystem, a `device`
+target, a guest disk without guest_fs) the tests run on the device's first `file_size`
+bytes. There is no file to create there, so `write` is a first full pass over blocks that
+already exist: an overwrite, measured like `rewrite`, and flagged `iozone_write_on_device`.
+It is not emulated with a discard (BLKDISCARD) before the pass: discard is not available
+everywhere (many virtual disks, SATA without TRIM), costs what the device makes it cost, and
+on thin layers (a loop device's image file, qcow2) turns the range into holes, so the read
+trials that follow would read holes instead of the disk. Nothing is ever removed on a
+device: only iolab's own file in a target directory is deleted before a `write`.
 """
 
 from __future__ import annotations
@@ -13,8 +23,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iolab.core.exec import ExecRequest
-from iolab.core.units import parse_size
+from iolab.core.errors import TrialFailed
+from iolab.core.exec import ExecRequest, Executor
+from iolab.core.metrics import Metric, MetricSet
+from iolab.core.units import format_size, parse_size
 from iolab.targets.base import Placement
 from iolab.workloads import fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
@@ -38,7 +50,7 @@ class IozoneParams(WorkloadParams):
         return parse_size(v)
 
     @model_validator(mode="after")
-    def _fits(self) -> "IozoneParams":
+    def _fits(self) -> IozoneParams:
         if self.record > self.file_size or self.file_size % self.record:
             raise ValueError(f"file_size ({self.file_size}) must be a multiple of record ({self.record})")
         if self.direct and self.record % 512:
@@ -49,8 +61,13 @@ class IozoneParams(WorkloadParams):
 class IozoneWorkload(Workload):
     kind: ClassVar[str] = "iozone"
     Params: ClassVar[type[WorkloadParams]] = IozoneParams
-    main_metric: ClassVar[str] = "kbps"
-    metrics: ClassVar[tuple[str, ...]] = ("kbps", "iops", "bw_mib_s")
+    main_metric = "kbps"
+    # Every trial moves the whole file once (fixed work): rates average harmonically.
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("kbps", "KiB/s", "higher", "iozone's figure: the timed pass's bandwidth in KiB/s (1024-based)",
+               "harmonic"),
+        *MetricSet(fio_engine.FIO_METRICS).with_aggregate(fio_engine.RATE_METRICS, "harmonic"),
+    )
     params: IozoneParams
 
     def estimate_seconds(self) -> float:
@@ -71,8 +88,17 @@ class IozoneWorkload(Workload):
         p = self.params
         path = _path(placement)
         ex = placement.executor
-        if p.test == "write":
-            ex.run(ExecRequest(argv=["rm", "-f", path], timeout_s=30))
+        flags: list[str] = []
+        if on_device(placement, path):
+            size = device_bytes(ex, path)
+            if size < p.file_size:
+                raise TrialFailed(f"file_size {format_size(p.file_size)} is larger than the device {path} "
+                                  f"({format_size(size)}); iozone's tests run on its first file_size bytes")
+            if p.test == "write":
+                flags.append(f"iozone_write_on_device: {path} is a block device: nothing to create, so `write` "
+                             "overwrites existing blocks and measures what `rewrite` measures")
+        elif p.test == "write":
+            ex.run(ExecRequest(argv=["rm", "-f", "--", _own_file(placement, path)], timeout_s=30))
         elif not _exists(placement, path, p.file_size):
             fio_engine.run_fio(ex, self._job(path, "write", timed=False), timeout_s)
         if p.test in ("read", "reread"):
@@ -83,8 +109,30 @@ class IozoneWorkload(Workload):
         m = fio_engine.summed_metrics(data)
         side = "read" if rw in ("read", "randread") else "write"
         m["kbps"] = m.get(f"{side}_bw_mib_s", 0.0) * 1024.0
-        return WorkloadResult(metrics=m, raw=data, job_text=job, flags=cpu_flags(res.cpu_busy, 1),
+        return WorkloadResult(metrics=m, raw=data, job_text=job, flags=flags + cpu_flags(res.cpu_busy, 1),
                               cpu_busy=res.cpu_busy)
+
+
+def on_device(placement: Placement, path: str) -> bool:
+    """The tests run on the target's block device itself (not on a file in its directory)."""
+    return placement.is_block_device and path == placement.path
+
+
+def device_bytes(executor: Executor, path: str) -> int:
+    """The size of the block device at `path`, from sysfs where the executor runs (host or guest)."""
+    script = 'd=$(readlink -f "$1") && [ -b "$d" ] && cat "/sys/class/block/${d##*/}/size"'
+    res = executor.run(ExecRequest(argv=["sh", "-c", script, "sh", path], timeout_s=30))
+    try:
+        return int(res.stdout.split()[0]) * 512
+    except (IndexError, ValueError):
+        raise TrialFailed(f"{path} is not a block device where the trial runs ({res.tail() or 'no size'})") from None
+
+
+def _own_file(placement: Placement, path: str) -> str:
+    """The only path `write` may remove: iolab's own file in the target's directory."""
+    if not placement.directory or path != f"{placement.directory.rstrip('/')}/{FILE}":
+        raise TrialFailed(f"refusing to remove {path}: iozone's write only replaces its own {FILE}")
+    return path
 
 
 def _path(placement: Placement) -> str:

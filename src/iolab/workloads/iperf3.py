@@ -22,7 +22,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from iolab.core.errors import TrialFailed
-from iolab.core.exec import ExecRequest, Executor, ExecResult, HostExecutor, Running
+from iolab.core.exec import ExecRequest, ExecResult, Executor, HostExecutor, Running
+from iolab.core.metrics import Metric
 from iolab.core.net import free_port
 from iolab.core.units import parse_duration
 from iolab.targets.base import Placement
@@ -48,8 +49,11 @@ class Iperf3Params(WorkloadParams):
 class Iperf3Workload(Workload):
     kind: ClassVar[str] = "iperf3"
     Params: ClassVar[type[WorkloadParams]] = Iperf3Params
-    main_metric: ClassVar[str] = "mbit_s"
-    metrics: ClassVar[tuple[str, ...]] = ("mbit_s", "retransmits")
+    main_metric = "mbit_s"
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("mbit_s", "Mbit/s", "higher", "TCP rate the receiver got over the fixed time (10^6 bits/s)"),
+        Metric("retransmits", "segments", "lower", "TCP retransmits the sender counted"),
+    )
     params: Iperf3Params
 
     def estimate_seconds(self) -> float:
@@ -62,7 +66,7 @@ class Iperf3Workload(Workload):
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         plan = self._plan(placement)
-        host = HostExecutor()
+        host = HostExecutor(cgroup=placement.trial_cgroup)  # the host side is the trial's too
         try:
             return self._measure(plan, placement.executor, host, timeout_s)
         finally:

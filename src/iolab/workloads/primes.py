@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
+from iolab.core.metrics import Metric
 from iolab.native import helper_for
 from iolab.targets.base import Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
@@ -71,10 +72,11 @@ class PrimesWorkload(Workload):
 
     kind: ClassVar[str] = "primes"
     Params: ClassVar[type[WorkloadParams]] = PrimesParams
-    main_metric: ClassVar[str] = "primes_1e8_s"
-    # Every name the default and the tabulated limits give (other limits get names of
-    # their own, see metric_name).
-    metrics: ClassVar[tuple[str, ...]] = tuple(f"primes_1e{k}_s" for k in range(1, 10))
+    main_metric = "primes_1e8_s"
+    # One metric per limit (metric_name): 'primes_1e8_s', 'primes_25e5_s', 'primes_1234_s'.
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("primes_{limit:label}_s", "s", "lower", "seconds to count the primes below one limit (sieve)"),
+    )
     params: PrimesParams
 
     def __init__(self, params: WorkloadParams):

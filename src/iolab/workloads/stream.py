@@ -7,22 +7,24 @@ array contents checked against their analytically computed values. Single-thread
 
 The array size comes from the HOST's largest cache (a guest runs on the same hardware and
 its virtual cache topology may be made up), so the host and every guest move the same
-number of bytes.
+number of bytes, unless that does not fit in the memory available where the kernel runs
+(read through the executor: inside a guest, the guest's /proc/meminfo). Then the arrays
+are reduced to fit and the trial is flagged with the reason (core/sizing.py): a study never
+fails because a cache is large or a guest is small.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 import shlex
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from iolab.core import sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
+from iolab.core.metrics import Metric
 from iolab.native import helper_for
 from iolab.targets.base import Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
@@ -30,30 +32,9 @@ from iolab.workloads.sysbench_cpu import contention_flags
 
 HELPER = "iolab_stream"
 MiB = 1 << 20
-CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
-FALLBACK_LLC = 32 * MiB  # when sysfs shows no cache sizes (assumed, and flagged)
 KERNELS = ("copy", "scale", "add", "triad")
 ELEMENT = 8  # bytes of a double
 MIN_KERNEL_S = 1e-3  # a best time shorter than this is mostly timer and loop overhead
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)\s*$", re.IGNORECASE)
-
-
-def host_llc_bytes(cache_dir: Path | None = None) -> int | None:
-    """The largest cache of cpu0 on the host (its last-level cache), or None if unknown."""
-    sizes = []
-    for f in (cache_dir or CACHE_DIR).glob("index*/size"):
-        try:
-            m = _SIZE.match(f.read_text())
-        except OSError:
-            continue
-        if m:
-            sizes.append(int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()])
-    return max(sizes) if sizes else None
-
-
-def default_array_mib(llc: int) -> int:
-    """4x the last-level cache, rounded up to whole MiB (STREAM's rule, per array)."""
-    return math.ceil(4 * llc / MiB)
 
 
 class StreamParams(WorkloadParams):
@@ -61,44 +42,60 @@ class StreamParams(WorkloadParams):
 
     kind: Literal["stream"] = "stream"
     array_mib: int | None = Field(None, ge=1, le=64 * 1024,
-                                  description="MiB per array (3 arrays); default 4x the host LLC")
+                                  description="MiB per array (3 arrays); default 4x the host LLC. Either is "
+                                              "reduced (and flagged) to fit the memory where it runs")
     ntimes: int = Field(10, ge=2, le=100, description="iterations; the first is not counted")
 
 
 class StreamWorkload(Workload):
     kind: ClassVar[str] = "stream"
     Params: ClassVar[type[WorkloadParams]] = StreamParams
-    main_metric: ClassVar[str] = "triad_mb_s"
-    metrics: ClassVar[tuple[str, ...]] = ("copy_mb_s", "scale_mb_s", "add_mb_s", "triad_mb_s")
+    main_metric = "triad_mb_s"
+    # Each is the best of ntimes iterations (STREAM's rule), not a mean: aggregated arithmetically.
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("{kernel:copy|scale|add|triad}_mb_s", "MB/s", "higher",
+               "STREAM-style kernel bandwidth, best iteration (MB = 10^6 bytes)"),
+    )
     params: StreamParams
 
-    def sizing(self) -> tuple[int, int, list[str]]:
-        """(elements per array, host LLC bytes, flags) for this trial."""
+    def sizing(self, mem: sizing.Memory | None = None) -> tuple[sizing.ArraySizing, list[str]]:
+        """The arrays for a trial where `mem` is the memory available (None: not known yet), and
+        the flags that say what the numbers may not mean because of it."""
+        llc = sizing.read_llc()
+        s = sizing.stream_arrays(llc, mem, self.params.array_mib)
         flags = []
-        llc = host_llc_bytes()
-        if llc is None:
-            llc = FALLBACK_LLC
-            flags.append(f"llc_unknown: no cache sizes in {CACHE_DIR}; assumed {FALLBACK_LLC // MiB} MiB")
-        mib = self.params.array_mib or default_array_mib(llc)
-        if mib * MiB < 4 * llc:
-            flags.append(f"array_below_4x_llc: {mib} MiB per array, last-level cache {llc / MiB:g} MiB "
+        if llc.source == "assumed":
+            flags.append(f"llc_unknown: no cache sizes in {sizing.CACHE_DIR}; assumed {llc.bytes // MiB} MiB")
+        if s.reduced:
+            flags.append(f"array_below_4x_llc: {s.reason} (part of the traffic may be served by the cache)"
+                         if s.array_mib * MiB < sizing.LLC_FACTOR * llc.bytes else f"array_reduced: {s.reason}")
+        elif s.array_mib * MiB < sizing.LLC_FACTOR * llc.bytes:
+            flags.append(f"array_below_4x_llc: {s.array_mib} MiB per array, last-level cache {llc.bytes / MiB:g} MiB "
                          "(part of the traffic may be served by the cache)")
-        return mib * MiB // ELEMENT, llc, flags
+        return s, flags
 
     def estimate_seconds(self) -> float:
-        elements, _, _ = self.sizing()
+        s, _ = self.sizing(sizing.host_memory())
         # first touch + ntimes x 80 bytes per element, at a conservative 4 GB/s
-        return 1.0 + (self.params.ntimes + 1) * 80 * elements / 4e9
+        return 1.0 + (self.params.ntimes + 1) * 80 * s.elements / 4e9
 
     def command(self, helper: str, elements: int) -> list[str]:
         return [helper, "--elements", str(elements), "--ntimes", str(self.params.ntimes)]
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
-        elements, llc, flags = self.sizing()
-        argv = self.command(helper_for(HELPER, placement), elements)
+        mem = sizing.memory_where(placement.executor)
+        try:
+            size, flags = self.sizing(mem)
+        except sizing.DoesNotFit as exc:
+            raise TrialFailed(str(exc)) from None
+        if mem is None:
+            flags.append("memory_unknown: could not read /proc/meminfo where the kernel runs; "
+                         "the arrays were not checked against the memory available")
+        argv = self.command(helper_for(HELPER, placement), size.elements)
         res = placement.executor.run(ExecRequest(argv=argv, timeout_s=timeout_s))
-        raw = parse(res, timeout_s, elements)
-        raw["host_llc_bytes"] = llc
+        raw = parse(res, timeout_s, size.elements)
+        raw["host_llc_bytes"] = size.llc.bytes
+        raw["sizing"] = size.as_dict()
         metrics = {f"{k}_mb_s": float(raw["kernels"][k]["best_mb_s"]) for k in KERNELS}
         short = [k for k in KERNELS if raw["kernels"][k]["min_s"] < MIN_KERNEL_S]
         if short:
@@ -106,21 +103,22 @@ class StreamWorkload(Workload):
                          f"{MIN_KERNEL_S * 1e3:g} ms (timer overhead matters; use bigger arrays)")
         flags += contention_flags(res, 1)
         return WorkloadResult(metrics=metrics, raw=raw, job_text=shlex.join(argv), flags=flags,
-                              cpu_busy=res.cpu_busy)
+                              cpu_busy=res.cpu_busy, manifest={"sizing": raw["sizing"]})
 
     def describe(self) -> list[str]:
-        elements, llc, _ = self.sizing()
-        mib = elements * ELEMENT // MiB
+        s, _ = self.sizing()
+        llc = f"host LLC {s.llc.bytes / MiB:g} MiB" + ("" if s.llc.source == "sysfs" else f" ({s.llc.source})")
         return [f"workload stream: iolab's STREAM-style kernel (a STREAM variant, not STREAM's source), "
-                f"single-threaded, 3 arrays x {mib} MiB (host LLC {llc / MiB:g} MiB), "
-                f"best of {self.params.ntimes - 1} iterations after the first; needs {3 * mib} MiB of memory"]
+                f"single-threaded, 3 arrays x {s.array_mib} MiB ({llc}), "
+                f"best of {self.params.ntimes - 1} iterations after the first; needs {3 * s.array_mib} MiB of memory "
+                "where it runs, or the arrays are reduced to fit (and flagged)"]
 
 
 def parse(res: ExecResult, timeout_s: float, elements: int) -> dict[str, Any]:
     """The helper's JSON, validated; TrialFailed with the reason otherwise."""
     if res.timed_out:
         raise TrialFailed(f"{HELPER} timed out after {timeout_s:g}s")
-    raw: dict[str, Any] | None = None
+    raw: dict[str, Any]  # bound below, or TrialFailed is raised
     try:
         raw = json.loads(res.stdout)
         for k in KERNELS:

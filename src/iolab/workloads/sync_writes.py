@@ -19,7 +19,8 @@ shared target, and fio's options cannot express "a region nobody wrote before":
 
 * append: a region (raw device) or a new file (guest ext4) never written before, so a
   fresh qcow2 image must allocate clusters (and L2 tables, refcounts) for it. Each trial
-  takes the next unused slot; a counter in the guest's /tmp remembers the slots used.
+  takes the next unused slot; a counter in the executor's work dir (per target, per run)
+  remembers the slots used.
 * sequential: the append layout (its own slots from the same counter; a new file
   `iolab-sync-sequential-<slot>.dat` on ext4), written in order with O_DSYNC.
 * overwrite: one fixed region / file written once before the trials (prepare_overwrite,
@@ -40,12 +41,15 @@ from pydantic import Field, field_validator
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
+from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import parse_size
 from iolab.targets.base import Placement
 from iolab.workloads import fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
-STATE_DIR = "/tmp/iolab-sync-writes"
+# Relative: the executor's private work dir (a host target's own dir, or the guest's
+# /run/iolab/work), so two runs, or two targets of one run, never share the counter or markers.
+STATE_DIR = "iolab-sync-writes"
 OVERWRITE_FILE = "iolab-sync-overwrite.dat"
 
 
@@ -98,7 +102,7 @@ def prepare_overwrite(placement: Placement, p: SyncWritesParams, timeout_s: floa
 
 
 def next_append_slot(placement: Placement) -> int:
-    """A slot index never handed out before in this guest (the counter lives in the guest's /tmp)."""
+    """A slot index never handed out before on this target (the counter lives in the executor's work dir)."""
     out = _sh(placement, 'mkdir -p "$1"; n=$(cat "$1/append.next" 2>/dev/null || echo 0); '
                          'echo $((n+1)) > "$1/append.next"; echo "$n"', STATE_DIR)
     return int(out.split()[-1])
@@ -107,7 +111,16 @@ def next_append_slot(placement: Placement) -> int:
 class SyncWritesWorkload(Workload):
     kind: ClassVar[str] = "sync-writes"
     Params: ClassVar[type[WorkloadParams]] = SyncWritesParams
-    main_metric: ClassVar[str] = "write_iops"
+    main_metric = "write_iops"
+    # fio writes `count` blocks per trial (fixed work, not time_based): rates average harmonically.
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        *MetricSet(fio_engine.FIO_METRICS).with_aggregate(fio_engine.RATE_METRICS, "harmonic"),
+        Metric("guest_writes", "writes", "neither", "write() calls the trial made (must equal count)"),
+        Metric("guest_fdatasync_calls", "calls", "neither", "fdatasync() calls fio made"),
+        Metric("guest_end_fsync", "calls", "neither", "the final fsync() (1 for append/overwrite, 0 for O_DSYNC)"),
+        Metric("guest_dsync_writes", "writes", "neither", "writes made durable by O_DSYNC (sequential pattern)"),
+        Metric("guest_syncs", "syncs", "neither", "data syncs the guest asked for: one per write"),
+    )
     params: SyncWritesParams
 
     def estimate_seconds(self) -> float:

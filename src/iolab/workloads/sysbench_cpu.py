@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
+from iolab.core.metrics import Metric
 from iolab.core.units import parse_duration
 from iolab.targets.base import Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
@@ -62,8 +63,13 @@ class SysbenchCpuParams(WorkloadParams):
 class SysbenchCpuWorkload(Workload):
     kind: ClassVar[str] = "sysbench-cpu"
     Params: ClassVar[type[WorkloadParams]] = SysbenchCpuParams
-    main_metric: ClassVar[str] = "events_per_s"
-    metrics: ClassVar[tuple[str, ...]] = ("events_per_s", "threads", "total_events", "cpus")
+    main_metric = "events_per_s"
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("events_per_s", "events/s", "higher", "sysbench cpu events (prime searches) per second, fixed time"),
+        Metric("threads", "threads", "neither", "threads sysbench ran"),
+        Metric("total_events", "events", "neither", "events completed in the fixed time"),
+        Metric("cpus", "CPUs", "neither", "online CPUs where sysbench ran (nproc)"),
+    )
     params: SysbenchCpuParams
 
     def estimate_seconds(self) -> float:

@@ -19,6 +19,7 @@ from pydantic import field_validator
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
+from iolab.core.metrics import Metric
 from iolab.core.units import format_size, parse_size
 from iolab.native import helper_for as native_helper_for
 from iolab.targets.base import Placement
@@ -65,7 +66,17 @@ class WriteModeWorkload(Workload):
 
     kind: ClassVar[str] = "writemode"
     Params: ClassVar[type[WorkloadParams]] = WriteModeParams
-    main_metric: ClassVar[str] = "throughput_mib_s"
+    main_metric = "throughput_mib_s"
+    # Every trial writes the same `size` bytes (fixed work): rates average harmonically.
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("throughput_mib_s", "MiB/s", "higher", "bytes written / seconds, until durable (2^20 bytes/s)",
+               "harmonic"),
+        Metric("seconds", "s", "lower", "time to write the file and make it durable"),
+        Metric("calls", "calls", "neither", "write() calls (or memcpy chunks for mmap) made"),
+        Metric("syscalls_per_s", "calls/s", "higher", "write()/memcpy operations per second", "harmonic"),
+        Metric("resident_fraction", "fraction", "neither",
+               "share of the file's pages in the page cache at the end (O_DIRECT should leave ~0)"),
+    )
 
     params: WriteModeParams
 

@@ -1,52 +1,22 @@
-"""Study iozone (R1, host rows): iozone's six tests x record sizes, O_DIRECT, flush in the timing."""
+"""iozone's presentation: the KB/s table shaped like R1's, a chart per record size, and R1's
+published host row for the shape (virtio reuses `kbps_table`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from iolab.report.model import Chart, Note, Section, Series, Table
-from iolab.studies.common import fmt_est, group_values, nested, ok_trials, size_label
+from iolab.studies.common import fmt_est
+from iolab.studies.iozone.spec import RECORDS, TESTS
 
-NAME = "iozone"
-SUMMARY = "R1 host rows: write, rewrite, read, reread, randread, randwrite x 4k/4m/16m records, KB/s"
-TESTS = ["write", "rewrite", "read", "reread", "randread", "randwrite"]
-RECORDS = ["4k", "4m", "16m"]
 # R1's published host row on a SATA SSD (KB/s), for shape comparison only.
 R1_HOST = {"4k": [108531, 140209, 130116, 149202, 41372, 108057],
            "4m": [475827, 493225, 500618, 506168, 506449, 491150],
            "16m": [495826, 502281, 524808, 521351, 520112, 502445]}
 
 
-def build(quick: bool) -> dict[str, Any]:
-    return {
-        "study": {"name": NAME, "analysis": NAME, "repetitions": 3, "max_repetitions": 3 if quick else 6,
-                  "ci_target": 0.05, "description": SUMMARY},
-        "target": {"kind": "loop", "size": "512M", "filesystem": "ext4"},
-        "workload": {"kind": "iozone", "test": TESTS, "record": RECORDS,
-                     "file_size": "32M" if quick else "100M"},
-    }
-
-
-def system_of(trial: dict[str, Any]) -> str:
-    """host, or the guest's disk bus for trials that ran in a VM."""
-    t = trial["params"].get("_target", {})
-    return "host" if t.get("kind") in ("loop", "host", "device") else str(t.get("bus", t.get("kind")))
-
-
-def kbps_findings(doc: dict[str, Any]) -> dict[str, Any]:
-    trials = ok_trials(doc)
-    for t in trials:
-        w = t["params"]["_workload"]
-        t["params"].update(system=system_of(t), test=w["test"], record=size_label(w["record"]).lower())
-    return nested(group_values(trials, ["system", "test", "record"], "kbps"), unit="KB/s")
-
-
-def analyze(doc: dict[str, Any]) -> dict[str, Any]:
-    return {"kbps": kbps_findings(doc)}
-
-
 def kbps_table(kbps: dict[str, Any], title: str) -> Table:
-    rows = []
+    rows: list[list[Any]] = []
     for rec in RECORDS:
         for system, per_test in kbps.items():
             rows.append([rec, system] + [fmt_est(per_test.get(t, {}).get(rec)) for t in TESTS])

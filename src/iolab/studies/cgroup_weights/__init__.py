@@ -1,0 +1,15 @@
+"""Study cgroup-weights (R4): does proportional I/O sharing hold as groups grow, where does it
+break, and why. N fio processes in cgroups weighted 100/200/400/800 (shuffled per trial),
+kernel per-group counters as ground truth, BFQ against scheduler `none` as the negative
+control, a sanity gate before each sweep (the hook), and RocksDB db_bench as a real tenant.
+docs/studies/cgroup-weights.md explains every finding.
+"""
+
+from iolab.studies.cgroup_weights import analysis, hook, presentation, spec
+from iolab.studies.cgroup_weights.analysis import analyze
+from iolab.studies.cgroup_weights.hook import before_group
+from iolab.studies.cgroup_weights.presentation import present
+from iolab.studies.cgroup_weights.spec import NAME, SUMMARY, build
+
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "before_group", "build", "hook", "present", "presentation",
+           "spec"]

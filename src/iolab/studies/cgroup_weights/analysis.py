@@ -1,0 +1,242 @@
+"""cgroup-weights' analysis (pure): per controller and N, the class ratios and share errors over
+repetitions, the break point and the signals recorded there, the iodepth-1 diagnostic,
+work conservation against `none`, the tenant alone and beside the groups, and the gates.
+
+A trial's own entries (its shuffled weights, its share over time) are in
+`manifest.workload_facts`; runs stored before that had them in `manifest.target`, and are
+read the same way (`trial_entry`)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.stats import Estimate, mean_ci, ratio_ci
+from iolab.studies.common import ok_trials
+
+CLASSES = ("100", "200", "400", "800")
+BREAK_LOG2 = math.log2(1.5)  # a group got >= 1.5x or <= 1/1.5 of its weight's share
+RATIO_TOL = 0.15  # class ratios within ±15 % of the weights "hold"
+METRICS = ("max_abs_log2_error", "class_max_abs_log2_error", "min_share", "jain", "aggregate_iops",
+           "generator_cpu_busy", "machine_cpu_busy", "window_s", "warmup_cut_s", "start_spread_s",
+           "min_group_ios", "kernel_vs_fio", "iodepth_total")
+
+
+def trial_entry(t: dict[str, Any], key: str) -> Any:
+    """One of the trial's own manifest entries ("trial", "share_series"), also from older runs."""
+    manifest = t.get("manifest") or {}
+    own = (manifest.get("workload_facts") or {}).get(key)
+    return own if own is not None else (manifest.get("target") or {}).get(key)
+
+
+def controller_of(t: dict[str, Any]) -> str:
+    return str(t["params"].get("_target", {}).get("controller", "?"))
+
+
+def _backend(t: dict[str, Any]) -> dict[str, Any]:
+    return (t.get("manifest") or {}).get("target", {}).get("cgroups", {}) or {}
+
+
+def _enforcing(trials: list[dict[str, Any]], ctrl: str) -> bool:
+    return any(_backend(t).get("enforces_weights", ctrl != "none") for t in trials if controller_of(t) == ctrl)
+
+
+def sweep_trials(trials: list[dict[str, Any]], name: str = "sweep") -> list[dict[str, Any]]:
+    """Trials of one fio-groups workload without tenant ("sweep"; "depth1" = the diagnostic)."""
+    return [t for t in trials if t["params"].get("_workload", {}).get("tenant", "off") == "off"
+            and t["params"].get("workload", "sweep") == name]
+
+
+def groups_n(t: dict[str, Any]) -> int:
+    return int(t["params"]["_workload"]["groups"])
+
+
+Estimator = Callable[[list[float]], Estimate]
+RatioEstimator = Callable[[list[float], list[float]], Estimate]
+
+
+def per_n(trials: list[dict[str, Any]], mean: Estimator = mean_ci) -> dict[str, Any]:
+    """by_groups for one controller: estimates over repetitions per N (`mean`: the run's estimator)."""
+    by: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for t in trials:
+        by[groups_n(t)].append(t)
+    out = {}
+    for n in sorted(by):
+        ts = by[n]
+        est = {m: mean([t["metrics"][m] for t in ts if m in t["metrics"]]).as_dict() for m in METRICS}
+        ratio = {c: (mean([t["metrics"][f"ratio_{c}"] for t in ts if f"ratio_{c}" in t["metrics"]]).as_dict())
+                 for c in CLASSES}
+        flags = sorted({f.split(":")[0] for t in ts for f in t.get("flags", [])})
+        details = _one_detail_per_flag(ts)
+        err = est["max_abs_log2_error"]
+        holds = all(ratio[c]["mean"] is not None and abs(ratio[c]["mean"] / (int(c) / 100) - 1) <= RATIO_TOL
+                    for c in CLASSES)
+        out[str(n)] = {
+            "class_ratio": ratio, **est, "jain_floor": jain_floor(ts[0]), "flags": flags, "flag_details": details,
+            "holds": holds, "broken": err["mean"] is not None and err["mean"] > BREAK_LOG2,
+            "signals": _signals(ts), "n_trials": len(ts),
+        }
+    return out
+
+
+def _one_detail_per_flag(ts: list[dict[str, Any]]) -> list[str]:
+    """One example sentence per flag name, with how many repetitions raised it."""
+    seen: dict[str, list[str]] = defaultdict(list)
+    for t in ts:
+        for f in t.get("flags", []):
+            seen[f.split(":")[0]].append(f)
+    return [f"{v[0]} ({len(v)} of {len(ts)} repetitions)" for _k, v in sorted(seen.items())]
+
+def jain_floor(t: dict[str, Any]) -> float:
+    """Jain's index on weight-normalised shares when the weights are ignored (equal split)."""
+    weights = list((trial_entry(t, "trial") or {}).get("weights", {}).values())
+    if not weights:
+        weights = [100, 200, 400, 800]
+    x = [1.0 / w for w in weights]
+    return round(sum(x) ** 2 / (len(x) * sum(v * v for v in x)), 4)
+
+
+def _signals(ts: list[dict[str, Any]]) -> dict[str, Any]:
+    """What could explain a break at this N, from the trials' metrics and manifests."""
+    tgt = (ts[0].get("manifest") or {}).get("target", {})
+    dev = tgt.get("device", {}) or {}
+    iosched = dev.get("iosched", {}) or {}
+    w = ts[0]["params"].get("_workload", {})
+    mean = lambda m: mean_ci([t["metrics"][m] for t in ts if m in t["metrics"]]).mean  # noqa: E731
+    nr = as_int(dev.get("nr_requests"))
+    total = mean("iodepth_total")
+    return {
+        "generator_cpu_busy": _r(mean("generator_cpu_busy")), "machine_cpu_busy": _r(mean("machine_cpu_busy")),
+        "iodepth_per_group": w.get("iodepth"), "iodepth_total": _r(total),
+        "nr_requests": dev.get("nr_requests"), "nr_tags": dev.get("nr_tags"),
+        "tag_pressure": bool(nr and math.isfinite(total) and total >= nr),
+        "bfq_tag_limit_min": _r(mean("tag_limit_min")) if math.isfinite(mean("tag_limit_min"))
+        else _tag_limit_from_manifest(ts[0], nr),
+        "scheduler": dev.get("scheduler"),
+        "tunables": {k: iosched[k] for k in ("strict_guarantees", "low_latency", "slice_idle", "timeout_sync",
+                                             "max_budget", "back_seek_penalty") if k in iosched},
+        "window_s": _r(mean("window_s")), "start_spread_s": _r(mean("start_spread_s")),
+        "min_group_ios": _r(mean("min_group_ios")), "aggregate_iops": _r(mean("aggregate_iops")),
+    }
+
+def _tag_limit_from_manifest(t: dict[str, Any], nr: int | None) -> float | None:
+    """BFQ's smallest per-group request limit, nr_requests x min weight / sum of weights (older runs)."""
+    weights = list((trial_entry(t, "trial") or {}).get("weights", {}).values())
+    if not nr or not weights:
+        return None
+    return float(max(round(nr * min(weights) / sum(weights)), 1))
+
+
+def _r(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, 3)
+
+
+def breakdown(by_groups: dict[str, Any]) -> tuple[int | None, list[int | None]]:
+    """(smallest N whose mean worst share error exceeds BREAK_LOG2, [largest N surely held, smallest
+    N surely broken] by the 95 % CI of that error)."""
+    ns = sorted(int(n) for n in by_groups)
+    first = next((n for n in ns if by_groups[str(n)]["broken"]), None)
+    lo = [n for n in ns if (by_groups[str(n)]["max_abs_log2_error"]["ci95"][1] or math.inf) <= BREAK_LOG2]
+    hi = [n for n in ns if (by_groups[str(n)]["max_abs_log2_error"]["ci95"][0] or -math.inf) > BREAK_LOG2]
+    held = max((n for n in lo if first is None or n < first), default=None)
+    return first, [held, min(hi) if hi else None]
+
+
+def controller_findings(trials: list[dict[str, Any]], ctrl: str, mean: Estimator = mean_ci) -> dict[str, Any]:
+    mine = [t for t in sweep_trials(trials) if controller_of(t) == ctrl]
+    by = per_n(mine, mean)
+    first, bracket = breakdown(by)
+    b = _backend(mine[0]) if mine else {}
+    return {"controller": ctrl, "backend": b.get("backend"), "cgroup_version": b.get("cgroup_version"),
+            "enforces_weights": b.get("enforces_weights"), "by_groups": by, "breakdown_n": first,
+            "breakdown_bracket": bracket,
+            "breakdown_signals": by[str(first)]["signals"] if first is not None else None,
+            "proportional_at": [int(n) for n, v in by.items() if v["holds"]]}
+
+
+def tenant_findings(trials: list[dict[str, Any]], ctrl: str, mean: Estimator = mean_ci,
+                    ratio: RatioEstimator = ratio_ci) -> dict[str, Any] | None:
+    mine = [t for t in trials if controller_of(t) == ctrl]
+    alone = [t for t in mine if t["params"]["_workload"].get("tenant") == "alone"]
+    beside = [t for t in mine if t["params"]["_workload"].get("tenant") == "beside"]
+    if not alone and not beside:
+        return None
+    keys = ("tenant_ops_s", "tenant_read_p99_us", "tenant_read_p50_us", "tenant_write_p99_us", "tenant_iops_kernel")
+    est = lambda ts: {k: mean([t["metrics"][k] for t in ts if k in t["metrics"]]).as_dict()  # noqa: E731
+                      for k in keys}
+    out: dict[str, Any] = {"alone": est(alone), "beside": est(beside),
+                           "weight": (alone or beside)[0]["params"]["_workload"].get("tenant_weight")}
+    vals = lambda ts, k: [t["metrics"][k] for t in ts if k in t["metrics"]]  # noqa: E731
+    out["ops_beside_over_alone"] = ratio(vals(beside, "tenant_ops_s"), vals(alone, "tenant_ops_s")).as_dict()
+    out["read_p99_beside_over_alone"] = ratio(vals(beside, "tenant_read_p99_us"),
+                                              vals(alone, "tenant_read_p99_us")).as_dict()
+    if beside:
+        g = per_n(beside, mean)
+        only = next(iter(g.values()))
+        out["groups_beside"] = {"groups": int(next(iter(g))), "class_ratio": only["class_ratio"],
+                                "max_abs_log2_error": only["max_abs_log2_error"], "ratios_hold": only["holds"]}
+    return out
+
+
+def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+    trials = ok_trials(doc)
+    ctrls = sorted({controller_of(t) for t in doc["trials"]})
+    weighted = [c for c in ctrls if _enforcing(trials, c)] or [c for c in ctrls if c != "none"] or ctrls
+    main = weighted[0] if weighted else None
+    est = RunEstimator(doc)  # the intervals adaptive stopping calls for (analysis/sequential.py)
+    mean = est.mean
+    by_ctrl = {c: controller_findings(trials, c, mean) for c in ctrls}
+    gates = {k.split("/", 1)[1]: v for k, v in (doc.get("extra") or {}).items() if k.startswith("sanity_gate/")}
+    tenant = {c: tf for c in ctrls if (tf := tenant_findings(trials, c, mean, est.ratio))} or None
+    top = by_ctrl.get(main) if main else None
+    top = top or {}
+    out: dict[str, Any] = {
+        "controller": main, "backend": top.get("backend"), "cgroup_version": top.get("cgroup_version") or next(
+            (v.get("cgroup_version") for v in by_ctrl.values() if v.get("cgroup_version")), None),
+        "by_groups": top.get("by_groups", {}), "breakdown_n": top.get("breakdown_n"),
+        "breakdown_bracket": top.get("breakdown_bracket"), "breakdown_signals": top.get("breakdown_signals"),
+        "breakdown_threshold_log2": BREAK_LOG2, "ratio_tolerance": RATIO_TOL,
+        "tenant": tenant, "sanity_gate": gates, "controller_active": _active(gates, main),
+        "by_controller": by_ctrl,
+    }
+    depth1 = sweep_trials(trials, "depth1")
+    if depth1:
+        out["depth_check"] = {c: {n: {"class_ratio": v["class_ratio"], "holds": v["holds"],
+                                      "max_abs_log2_error": v["max_abs_log2_error"],
+                                      "aggregate_iops": v["aggregate_iops"]}
+                                  for n, v in per_n([t for t in depth1 if controller_of(t) == c], mean).items()}
+                              for c in ctrls if any(controller_of(t) == c for t in depth1)}
+    if "none" in by_ctrl and main and main != "none":
+        out["work_conservation"] = _work_conservation(trials, main, mean, est.ratio)
+        none_by = by_ctrl["none"]["by_groups"]
+        out["none_proportional"] = any(v["holds"] for v in none_by.values()) if none_by else None
+    return out
+
+
+def _active(gates: dict[str, Any], main: str | None) -> bool | None:
+    g = next((v for k, v in gates.items() if main and k.endswith(main)), None)
+    return None if g is None else g.get("active")
+
+
+def _work_conservation(trials: list[dict[str, Any]], main: str, mean: Estimator = mean_ci,
+                       ratio: RatioEstimator = ratio_ci) -> dict[str, Any]:
+    """Aggregate IOPS of the weighted controller over `none`, per N: < 1 = capacity given up for fairness."""
+    sweep = sweep_trials(trials)
+    out = {}
+    for n in sorted({groups_n(t) for t in sweep}):
+        a = [t["metrics"]["aggregate_iops"] for t in sweep if groups_n(t) == n and controller_of(t) == main]
+        b = [t["metrics"]["aggregate_iops"] for t in sweep if groups_n(t) == n and controller_of(t) == "none"]
+        if a and b:
+            out[str(n)] = {main: mean(a).as_dict("IOPS"), "none": mean(b).as_dict("IOPS"),
+                           "ratio": ratio(a, b).as_dict()}
+    return out
+
+
+def as_int(x: Any) -> int | None:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,11 @@
+"""Study iozone (R1, host rows): iozone's six tests x record sizes, O_DIRECT, flush in the timing.
+
+docs/studies/iozone.md explains the findings.
+"""
+
+from iolab.studies.iozone import analysis, presentation, spec
+from iolab.studies.iozone.analysis import analyze
+from iolab.studies.iozone.presentation import present
+from iolab.studies.iozone.spec import NAME, SUMMARY, build
+
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "present", "presentation", "spec"]

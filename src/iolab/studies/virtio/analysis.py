@@ -1,0 +1,32 @@
+"""virtio's analysis (pure): iozone's KB/s per system, and every guest cell over the host cell
+of the same run, a ratio with its 95 % CI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iolab.analysis.sequential import RunEstimator
+from iolab.studies.common import group_values, ok_trials
+from iolab.studies.iozone import analysis as iozone
+
+
+def accel_of(doc: dict[str, Any]) -> str | None:
+    for t in doc["trials"]:
+        accel = (t.get("manifest") or {}).get("target", {}).get("accel")
+        if accel:
+            return accel
+    return None
+
+
+def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+    kbps = iozone.kbps_findings(doc)
+    trials = ok_trials(doc)
+    values = group_values(trials, ["system", "test", "record"], "kbps")
+    est = RunEstimator(doc)  # ratios of two adaptively stopped means, widened as each is
+    ratios: dict[str, Any] = {}
+    for (system, test, record), vals in values.items():
+        host = values.get(("host", test, record))
+        if system == "host" or not host:
+            continue
+        ratios.setdefault(system, {}).setdefault(test, {})[record] = est.ratio(vals, host).as_dict()
+    return {"accel": accel_of(doc), "kbps": kbps, "ratio_vs_host": ratios}

@@ -1,0 +1,46 @@
+"""vm-profile's spec: the same CPU, memory, disk and network workloads on the host (a scratch loop
+device with ext4, its loopback) and in a guest per VM profile."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from iolab.core import sizing
+from iolab.core.units import format_size
+
+NAME = "vm-profile"
+SUMMARY = "R5: CPU, memory, disk and network of guests per VM profile (performance, encrypted) vs host"
+PROFILES = ["performance", "encrypted"]
+FIO_PATTERNS = ["randread", "randwrite", "read", "write", "randrw"]
+DIRECTIONS = ["guest_to_host", "host_to_guest", "guest_to_guest"]
+
+
+def build(quick: bool) -> dict[str, Any]:
+    """--quick keeps every metric and every system, with short runs and small files."""
+    vcpus = max(1, min(os.cpu_count() or 1, 8))
+    host_mem = sizing.host_memory()
+    # The guests' memory holds the same STREAM arrays as the host's (4x this host's LLC),
+    # bounded by what this host has: host and guests then move the same bytes.
+    arrays = sizing.stream_arrays(sizing.read_llc(), host_mem)
+    memory = sizing.guest_memory_for(arrays.array_mib, host_mem)
+    guest = {"kind": "qemu", "guest_fs": "ext4", "disk_size": "256M" if quick else "5G",
+             "memory": format_size(memory.bytes),
+             "vcpus": vcpus, "network": "user", "net_peer": True,
+             "extra_binaries": ["/usr/bin/sysbench", "/usr/bin/iperf3"],
+             "native_helpers": ["iolab_primes", "iolab_stream"]}
+    seconds = 3 if quick else 30
+    return {
+        "study": {"name": NAME, "analysis": NAME, "repetitions": 3, "max_repetitions": 3 if quick else 6,
+                  "ci_target": 0.05, "description": SUMMARY},
+        "targets": [{"name": "host", "kind": "loop", "size": "256M" if quick else "5G", "filesystem": "ext4"}]
+        + [{"name": p, "profile": p, **guest} for p in PROFILES],
+        "workloads": [
+            {"kind": "primes"},
+            {"kind": "sysbench-cpu", "threads": [1, 0], "time": seconds},
+            {"kind": "stream", "ntimes": 4 if quick else 10},
+            {"kind": "fio", "rw": FIO_PATTERNS, "bs": "4k", "size": "64M" if quick else "4G", "iodepth": 16,
+             "ioengine": "libaio", "direct": True, "runtime": seconds, "ramp_time": 1},
+            {"kind": "iperf3", "direction": DIRECTIONS, "time": seconds},
+        ],
+    }

@@ -1,0 +1,13 @@
+"""Study write-modes (R2): O_SYNC, O_DIRECT, mmap and buffered writes as the block size grows.
+
+A native helper does all four modes the same way (fio cannot express R2's mmap writes);
+its o_sync and o_direct numbers are cross-checked against fio in the same run
+(crosscheck.py, part of the analysis). docs/studies/write-modes.md explains the findings.
+"""
+
+from iolab.studies.write_modes import analysis, presentation, spec
+from iolab.studies.write_modes.analysis import analyze
+from iolab.studies.write_modes.presentation import present
+from iolab.studies.write_modes.spec import NAME, SUMMARY, build
+
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "present", "presentation", "spec"]
