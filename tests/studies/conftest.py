@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +23,19 @@ class Lab:
 
     def __init__(self, base: Path):
         self.env = dict(os.environ, IOLAB_DATA=str(base / "data"), IOLAB_SCRATCH=str(base / "scratch"))
+        self.pids: list[int] = []  # every iolab process this lab ran: what they create carries their tag
 
     def run(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run(IOLAB + list(args), env=self.env, capture_output=True, text=True, timeout=timeout)
+        with subprocess.Popen(IOLAB + list(args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) as proc:
+            self.pids.append(proc.pid)
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
+        r = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         if check and r.returncode != 0:
             raise AssertionError(f"iolab {' '.join(args)} exited {r.returncode}\n{r.stdout}\n{r.stderr}")
         return r
@@ -41,16 +54,77 @@ class Lab:
             assert doc["status"] == "complete"
         return result, doc
 
+    def own_processes(self, pattern: str = "qemu-system") -> list[str]:
+        """Processes matching `pattern` that this lab's iolab runs started: their command line
+        carries the owner tag of one of those runs (`-name iolab-o<pid>.<start>-...`, also a
+        diskless network peer's) or names the lab's scratch or data directory (a guest's disk
+        image lives there). Another iolab run on the machine is not this lab's leftover."""
+        out = subprocess.run(["pgrep", "-fa", pattern], capture_output=True, text=True).stdout
+        mine = (self.env["IOLAB_SCRATCH"], self.env["IOLAB_DATA"], *(f"iolab-o{pid}." for pid in self.pids))
+        return [ln for ln in out.splitlines() if any(m in ln for m in mine)]
+
     def report_path(self, result: subprocess.CompletedProcess[str]) -> Path:
         line = [ln for ln in result.stdout.splitlines() if ln.startswith("report: ")][-1]
         return Path(line.split("report: ", 1)[1].strip())
 
 
-@pytest.fixture()
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
+def _lab_base() -> Path:
     base = Path(os.environ.get("IOLAB_TEST_BASE", "/var/tmp")) / f"iolab-test-{os.getpid()}-{os.urandom(3).hex()}"
     base.mkdir(parents=True)
+    return base
+
+
+@pytest.fixture()
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    base = _lab_base()
     yield Lab(base)
+    subprocess.run(["rm", "-rf", str(base)])
+
+
+@dataclass
+class Reproduced:
+    """One `iolab reproduce --quick` run: its output, its page, and each study's child run."""
+
+    lab: Lab
+    result: subprocess.CompletedProcess[str]
+    seconds: float
+    doc: dict[str, Any]  # the reproduce run's own results document
+    children: dict[str, str]  # study name -> run id
+
+    @property
+    def page(self) -> Path:
+        return self.lab.report_path(self.result)
+
+    def study(self, name: str, complete: bool = True) -> tuple[Path, dict[str, Any]]:
+        """(report path, results document) of the study's run, checked against the contract."""
+        assert name in self.children, f"reproduce ran no {name} run: {self.children}\n{self.result.stdout}"
+        run_id = self.children[name]
+        doc = self.lab.report_json(run_id)
+        assert_contract(doc, name)
+        if complete:
+            assert doc["status"] == "complete", [(t["id"], t["error"]) for t in doc["trials"] if t["error"]]
+        path = Path(self.lab.env["IOLAB_DATA"]) / "reports" / run_id / "report.html"
+        assert path.is_file(), f"reproduce wrote no report for {name} at {path}"
+        return path, doc
+
+
+@pytest.fixture(scope="session")
+def reproduced() -> Iterator[Reproduced]:
+    """`iolab reproduce --quick` once per session; the study tests read its child runs.
+
+    These are the same runs `iolab study NAME --quick` makes (docs/reproduce.md), so the
+    suite runs each quick study once and also tests the reproduce page on them."""
+    base = _lab_base()
+    lab = Lab(base)
+    t0 = time.monotonic()
+    result = lab.run("reproduce", "--quick", timeout=3000, check=False)
+    seconds = time.monotonic() - t0
+    print(f"\niolab reproduce --quick: {seconds / 60:.1f} min, exit {result.returncode}")
+    assert result.returncode == 0, f"iolab reproduce --quick exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+    run_id = lab.report_path(result).parent.name  # reports/<run id>/report.html; "latest" is its last child
+    doc = lab.report_json(run_id)
+    assert doc["study"] == "reproduce", (run_id, doc["study"])
+    yield Reproduced(lab, result, seconds, doc, dict((doc.get("extra") or {}).get("children") or {}))
     subprocess.run(["rm", "-rf", str(base)])
 
 

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tests.report.browser import open_report_in_browser
-from tests.studies.conftest import Lab
+from tests.studies.conftest import Reproduced
 
 PATTERNS = ("append", "overwrite", "sequential")
 
@@ -19,8 +19,9 @@ def _row(f: dict, fmt: str, pattern: str, fs: str) -> dict:
     return rows[0]
 
 
-def test_sync_amplification_quick(lab: Lab) -> None:
-    result, doc = lab.quick_study("sync-amplification", timeout=600)
+def test_sync_amplification_quick(reproduced: Reproduced) -> None:
+    lab = reproduced.lab
+    report, doc = reproduced.study("sync-amplification")
     f = doc["findings"]
     for r in f["amplification"]:
         # every layer was measured, and the workload made the syncs it promised
@@ -62,7 +63,7 @@ def test_sync_amplification_quick(lab: Lab) -> None:
     assert recs["cache=unsafe"]["measured"] == []  # not in the quick matrix: nothing claimed
 
     # the HTML report renders offline in a real browser: one waterfall chart per pattern and guest fs
-    seen = open_report_in_browser(lab.report_path(result))
+    seen = open_report_in_browser(report)
     assert seen["ok"]
     assert all(u.startswith(("file:", "data:")) for u in seen["requests"]), seen["requests"]
     assert seen["svg_count"] == len(PATTERNS) * 2, seen["svgs"]
@@ -76,7 +77,6 @@ def test_sync_amplification_quick(lab: Lab) -> None:
     assert f"{q['factor_host_syncs']:.2f} → {r['factor_host_syncs']:.2f}" in body  # measured, in the table
     assert "not in this run" in body
     # nothing left behind: no QEMU of this lab, no loop device under its scratch
-    procs = subprocess.run(["pgrep", "-fa", "iolab-"], capture_output=True, text=True).stdout
-    assert lab.env["IOLAB_SCRATCH"] not in procs, procs
+    assert lab.own_processes("iolab-") == []
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert lab.env["IOLAB_SCRATCH"] not in loops

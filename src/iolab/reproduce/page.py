@@ -1,0 +1,71 @@
+"""The reproduction's page: every published claim, this machine's value, the verdict and why.
+
+analyze() and present() follow the study interface (analysis pure, on a results document):
+the document of a reproduction carries its child studies' documents under "children"
+(see report/document.py), so the page is recomputed from stored runs and tested on fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+from iolab.report.model import Link, Note, Section, Table, Tag, Tone
+from iolab.reproduce import claims
+from iolab.reproduce.plan import REFERENCES
+
+VERDICT_ORDER = (claims.HOLDS, claims.DIFFERS, claims.UNTESTABLE)
+TONES: dict[str, Tone] = {claims.HOLDS: "good", claims.DIFFERS: "bad", claims.UNTESTABLE: "neutral"}
+
+
+def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+    children = {name: c["doc"] for name, c in (doc.get("children") or {}).items() if c.get("doc")}
+    quick = bool((doc.get("options") or {}).get("quick"))
+    rows = claims.evaluate(children, quick)
+    counts = Counter(r["verdict"] for r in rows)
+    return {"quick": quick, "claims": rows, "counts": {v: counts.get(v, 0) for v in VERDICT_ORDER},
+            "studies": {name: {k: v for k, v in c.items() if k != "doc"}
+                        for name, c in (doc.get("children") or {}).items()}}
+
+
+def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Section]]:
+    counts = f["counts"]
+    summary = [f"{len(f['claims'])} published claims: " + ", ".join(f"{counts[v]} {v}" for v in VERDICT_ORDER)]
+    summary += [f"{r['id']} {r['verdict']}: {r['reason']}" for r in f["claims"] if r["verdict"] == claims.DIFFERS]
+    base = doc.get("report_dir")
+    sections = []
+    for ref, title, study in REFERENCES:
+        rows = [r for r in f["claims"] if r["reference"] == ref]
+        if not rows:
+            continue
+        child = f["studies"].get(study) or {}
+        link = _link(child, base)
+        table = Table("Published claims and this machine", ["claim", "this machine", "verdict", "why",
+                                                            "rule for 'holds'"],
+                      [[r["claim"], r["value"], Tag(r["verdict"], TONES[r["verdict"]]), r["reason"], r["rule"]]
+                       for r in rows])
+        blocks: list[Any] = [table]
+        if link:
+            blocks.append(Table("Study run", ["study", "run", "status", "trials ok"],
+                                [[study, link, child.get("status"), child.get("trials_ok")]]))
+        sections.append(Section(f"{ref}: {title}", blocks))
+    studies = [[name, _link(c, base) or c.get("run_id") or "–", c.get("status"), c.get("trials_ok")]
+               for name, c in f["studies"].items()]
+    sections.append(Section("Study runs", [Table("The studies this reproduction ran",
+                                                 ["study", "run (its full report)", "status", "trials ok"], studies)],
+                            intro="Each study has its own full report with every number, chart and trial."))
+    if f["quick"]:
+        sections.insert(0, Section("Quick reproduction", [Note(
+            "This is `iolab reproduce --quick`: reduced matrices, so claims that need the full matrix (more groups, "
+            "the application beside the groups, every record size) are 'not testable here'. Run `iolab reproduce` "
+            "for all of them.", "warn")]))
+    return summary, sections
+
+
+def _link(child: dict[str, Any], base: str | None) -> Link | None:
+    path, run_id = child.get("report"), child.get("run_id")
+    if not path or not run_id:
+        return None
+    href = os.path.relpath(path, base) if base else path
+    return Link(run_id, href)
