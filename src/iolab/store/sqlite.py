@@ -1,7 +1,9 @@
-"""The results store: one SQLite file, versioned schema, one transaction per trial.
+"""The SQLite results store (store/base.py's `Store`): one file, versioned schema, one
+transaction per trial.
 
 A trial's metrics, probe data, flags, raw generator output and manifest are written
-together the moment the trial ends, so an interrupted run loses nothing finished.
+together the moment the trial ends, so an interrupted run loses nothing finished. WAL
+and BEGIN IMMEDIATE let two runs write one file at once (a writer waits up to 30 s).
 """
 
 from __future__ import annotations
@@ -11,82 +13,89 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iolab.core.errors import IolabError
+from iolab.core.errors import InputError
+from iolab.core.inputs import check_writable, path_problem
 from iolab.core.model import TrialResult
+from iolab.store import rows, schema
+from iolab.store.base import RunRecord, Store, holder_alive
 
-SCHEMA_VERSION = 1
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    study TEXT NOT NULL,
-    source TEXT NOT NULL,
-    spec_json TEXT NOT NULL,
-    options_json TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    environment_json TEXT NOT NULL,
-    extra_json TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS trials (
-    run_id TEXT NOT NULL REFERENCES runs(id),
-    trial_id TEXT NOT NULL,
-    config_id TEXT NOT NULL,
-    repetition INTEGER NOT NULL,
-    params_json TEXT NOT NULL,
-    status TEXT NOT NULL,
-    error TEXT,
-    metrics_json TEXT NOT NULL,
-    probes_json TEXT NOT NULL,
-    flags_json TEXT NOT NULL,
-    manifest_json TEXT NOT NULL,
-    raw_json TEXT,
-    started REAL NOT NULL,
-    ended REAL NOT NULL,
-    seq INTEGER NOT NULL,
-    PRIMARY KEY (run_id, trial_id)
-);
-CREATE INDEX IF NOT EXISTS trials_by_config ON trials(run_id, config_id);
-"""
+SQLITE_MAGIC = b"SQLite format 3\x00"
+URL_PREFIX = "sqlite://"  # sqlite:///abs/path is the same as /abs/path
 
 
-@dataclass
-class RunRecord:
-    id: str
-    study: str
-    source: str
-    spec: dict[str, Any]
-    options: dict[str, Any]
-    status: str
-    created: float
-    updated: float
-    environment: dict[str, Any]
-    extra: dict[str, Any]
+class SqliteStore(Store):
+    """The `Store` in one SQLite file (WAL, synchronous=FULL): the `--db` value is its path."""
 
-
-class Store:
     def __init__(self, path: Path):
         self.path = path
+        self.location = str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self._migrate()
 
+    # -- opening ------------------------------------------------------------------------------
+    @classmethod
+    def check_target(cls, ref: str, what: str) -> None:
+        """A file could be written there (no directory, device, /proc, read-only mount), and an
+        existing non-empty file is an SQLite database (iolab never overwrites anything else)."""
+        path = _path(ref)
+        check_writable(path, what)
+        if path.exists() and path.stat().st_size:
+            with open(path, "rb") as f:
+                if f.read(16) != SQLITE_MAGIC:
+                    raise InputError(f"{what} {path}: is not an SQLite database (iolab will not overwrite it)")
+
+    @classmethod
+    def exists(cls, ref: str, what: str) -> bool:
+        path = _path(ref)
+        problem = path_problem(str(path))
+        if problem:
+            raise InputError(f"{what} {str(path)[:200]!r}: the path {problem}")
+        if not path.exists():
+            return False
+        if not path.is_file():
+            raise InputError(f"{what} {path}: is not a regular file")
+        return True
+
+    @classmethod
+    def stored_version(cls, ref: str, what: str) -> int | None:
+        if not cls.exists(ref, what):
+            return None
+        path = _path(ref)
+        try:
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+            try:
+                row = con.execute("SELECT value FROM meta WHERE key=?", (schema.VERSION_KEY,)).fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            raise InputError(f"{what} {path}: cannot be read as iolab's results database ({exc})") from None
+        return schema.parse_version(row[0] if row else None, str(path))
+
+    @classmethod
+    def open(cls, ref: str, what: str) -> SqliteStore:
+        path = _path(ref)
+        try:
+            return cls(path)
+        except (sqlite3.Error, OSError) as exc:
+            raise InputError(f"{what} {path}: cannot be used as iolab's results database ({exc})") from None
+
     def _migrate(self) -> None:
-        self.db.executescript(SCHEMA)
-        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) > SCHEMA_VERSION:
-            raise IolabError(f"{self.path} has schema version {row[0]}, newer than this iolab ({SCHEMA_VERSION}); "
-                             "upgrade iolab or use --db with another file")
+        """store/schema.py's pending migrations, in one transaction (BEGIN IMMEDIATE: one migrator at a time)."""
+        with self.tx() as db:
+            db.execute(schema.META)
+            row = db.execute("SELECT value FROM meta WHERE key=?", (schema.VERSION_KEY,)).fetchone()
+            todo = schema.pending(schema.parse_version(row[0] if row else None, self.location), self.location)
+            for m in todo:
+                for statement in m.statements:
+                    db.execute(statement)
+            if todo:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (schema.VERSION_KEY, str(todo[-1].version)))
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -107,8 +116,8 @@ class Store:
         now = time.time()
         with self.tx() as db:
             db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
-                       (run_id, study, source, _dump(spec), _dump(options), "running", now, now,
-                        _dump(environment), "{}"))
+                       (run_id, study, source, rows.dump(spec), rows.dump(options), "running", now, now,
+                        rows.dump(environment), "{}"))
 
     def set_status(self, run_id: str, status: str) -> None:
         with self.tx() as db:
@@ -119,54 +128,67 @@ class Store:
         with self.tx() as db:
             extra = json.loads(db.execute("SELECT extra_json FROM runs WHERE id=?", (run_id,)).fetchone()[0])
             extra[key] = value
-            db.execute("UPDATE runs SET extra_json=?, updated=? WHERE id=?", (_dump(extra), time.time(), run_id))
+            db.execute("UPDATE runs SET extra_json=?, updated=? WHERE id=?", (rows.dump(extra), time.time(), run_id))
 
     def runs(self, limit: int = 50) -> list[RunRecord]:
-        rows = self.db.execute("SELECT * FROM runs ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
-        return [_run(r) for r in rows]
+        found = self.db.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs ORDER BY created DESC LIMIT ?",
+                                (limit,)).fetchall()
+        return [rows.run(r) for r in found]
 
-    def resolve(self, ref: str) -> RunRecord:
-        """A run by id, unique id prefix, or 'latest'."""
-        if ref == "latest":
-            row = self.db.execute("SELECT * FROM runs ORDER BY created DESC LIMIT 1").fetchone()
-            if row is None:
-                raise IolabError(f"no runs in {self.path} yet")
-            return _run(row)
-        rows = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY created DESC",
-                               (ref.replace("%", "") + "%",)).fetchall()
-        if not rows:
-            raise IolabError(f"no run {ref!r} in {self.path} (see `iolab runs`)")
-        if len(rows) > 1 and rows[0][0] != ref:
-            raise IolabError(f"{ref!r} matches {len(rows)} runs; give more of the id")
-        return _run(rows[0])
+    def runs_with_prefix(self, prefix: str) -> list[RunRecord]:
+        found = self.db.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE substr(id, 1, length(?)) = ?"
+                                " ORDER BY created DESC", (prefix, prefix)).fetchall()
+        return [rows.run(r) for r in found]
+
+    def put_run(self, rec: RunRecord) -> None:
+        values = (rec.id, rec.study, rec.source, rows.dump(rec.spec), rows.dump(rec.options), rec.status,
+                  rec.created, rec.updated, rows.dump(rec.environment), rows.dump(rec.extra))
+        with self.tx() as db:
+            db.execute(f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE"
+                       " SET study=excluded.study, source=excluded.source, spec_json=excluded.spec_json,"
+                       " options_json=excluded.options_json, status=excluded.status, created=excluded.created,"
+                       " updated=excluded.updated, environment_json=excluded.environment_json,"
+                       " extra_json=excluded.extra_json", values)
+
+    def claim_run(self, run_id: str, owner: str) -> str | None:
+        """Make `owner` (a core.owner token) the process running `run_id`, atomically.
+
+        Returns None on success, or the token of another owner that is still alive (then
+        nothing changes): two processes must never run the same run at once. Kept in
+        the meta table (key run-owner:<id>) so no schema change is needed."""
+        key = f"run-owner:{run_id}"
+        with self.tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            if row is not None and row[0] != owner and holder_alive(row[0]):
+                return str(row[0])
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, owner))
+        return None
+
+    def release_run(self, run_id: str, owner: str) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM meta WHERE key=? AND value=?", (f"run-owner:{run_id}", owner))
 
     # trials ---------------------------------------------------------------
     def save_trial(self, run_id: str, r: TrialResult, raw: Any) -> None:
         with self.tx() as db:
-            seq = db.execute("SELECT COUNT(*) FROM trials WHERE run_id=?", (run_id,)).fetchone()[0]
-            db.execute("INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                       (run_id, r.trial_id, r.config_id, r.repetition, _dump(r.params), r.status, r.error,
-                        _dump(r.metrics), _dump(r.probes), _dump(r.flags), _dump(r.manifest),
-                        _dump(raw) if raw is not None else None, r.started, r.ended, seq))
+            # a trial saved again keeps its place (a push repeated, a commit retried)
+            seq = db.execute("SELECT COALESCE((SELECT seq FROM trials WHERE run_id=? AND trial_id=?),"
+                             " (SELECT COALESCE(MAX(seq) + 1, 0) FROM trials WHERE run_id=?))",
+                             (run_id, r.trial_id, run_id)).fetchone()[0]
+            db.execute(f"INSERT OR REPLACE INTO trials ({rows.TRIAL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                       rows.trial_values(run_id, r, raw, seq))
             db.execute("UPDATE runs SET updated=? WHERE id=?", (time.time(), run_id))
 
     def trials(self, run_id: str) -> list[TrialResult]:
-        rows = self.db.execute(
-            "SELECT trial_id, config_id, repetition, params_json, status, error, metrics_json, probes_json,"
-            " manifest_json, flags_json, started, ended FROM trials WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
-        return [TrialResult(trial_id=r[0], config_id=r[1], repetition=r[2], params=json.loads(r[3]), status=r[4],
-                            error=r[5], metrics=json.loads(r[6]), probes=json.loads(r[7]), manifest=json.loads(r[8]),
-                            flags=json.loads(r[9]), started=r[10], ended=r[11]) for r in rows]
+        found = self.db.execute(f"SELECT {rows.TRIAL_READ} FROM trials WHERE run_id=? ORDER BY seq",
+                                (run_id,)).fetchall()
+        return [rows.trial(r) for r in found]
 
     def raw(self, run_id: str, trial_id: str) -> Any:
-        row = self.db.execute("SELECT raw_json FROM trials WHERE run_id=? AND trial_id=?", (run_id, trial_id)).fetchone()
-        return json.loads(row[0]) if row and row[0] else None
+        row = self.db.execute("SELECT raw_json FROM trials WHERE run_id=? AND trial_id=?",
+                              (run_id, trial_id)).fetchone()
+        return rows.raw(row[0]) if row else None
 
 
-def _dump(v: Any) -> str:
-    return json.dumps(v, sort_keys=True, default=str)
-
-
-def _run(r: tuple) -> RunRecord:
-    return RunRecord(id=r[0], study=r[1], source=r[2], spec=json.loads(r[3]), options=json.loads(r[4]), status=r[5],
-                     created=r[6], updated=r[7], environment=json.loads(r[8]), extra=json.loads(r[9]))
+def _path(ref: str) -> Path:
+    return Path(ref[len(URL_PREFIX):] if ref.startswith(URL_PREFIX) else ref)

@@ -1,0 +1,83 @@
+"""`iolab doctor`'s store line: the decision on given facts (every outcome), and the real
+check against the PostgreSQL of conftest.py and a SQLite file: reachable and writable with its
+schema version; a newer store, an unreachable server and a role that may not write fail (exit
+1); trials waiting in the spool warn; the password never shown; nothing created or migrated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from iolab import doctor as d
+from iolab.core.model import TrialResult
+from iolab.store import registry, schema
+from iolab.store.spool import Spool
+from tests.core.helpers import drive, make_lab
+
+from .pgserver import PASSWORD, PASSWORD_ROLE, PgServer
+
+
+def test_the_store_decision_on_given_facts() -> None:
+    assert d.store_check("pg://h/db", None, None, 2, 0).state == "ok"
+    assert "created" in d.store_check("pg://h/db", None, None, 2, 0).detail
+    assert "migrated to v2" in d.store_check("pg://h/db", None, 1, 2, 0).detail
+    assert d.store_check("pg://h/db", None, 2, 2, 0).detail == "pg://h/db: schema v2, writable"
+    warn = d.store_check("pg://h/db", None, 2, 2, 3)
+    assert warn.state == "warn" and "3 trial(s) wait in the local spool" in warn.detail
+    bad = d.store_check("pg://h/db", "cannot connect", None, 2, 0)
+    assert bad.state == "fail" and bad.detail == "pg://h/db: cannot connect"
+
+
+def _store_line(result: dict) -> dict:
+    doc = json.loads(result["stdout"])
+    (line,) = [c for c in doc["checks"] if c["name"] == "store"]
+    return line
+
+
+def test_doctor_checks_the_configured_store_for_real(pg_server: PgServer, tmp_path: Path) -> None:
+    ready = pg_server.fresh_url()
+    registry.open_store(ready).close()
+    empty = pg_server.fresh_url()
+    newer = pg_server.fresh_url()
+    registry.open_store(newer).close()
+    with psycopg.connect(newer, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    secret = pg_server.url("postgres", f"{PASSWORD_ROLE}:wrong-{PASSWORD}")
+    lab = make_lab(tmp_path / "lab")
+    try:
+        # the whole command twice (exit status, JSON, argv in the environment) ...
+        ok, refused = drive(lab, [["doctor", "--json", "--db", ref] for ref in (ready, secret)])
+        # ... and the store line's real check on every kind of store, in this process
+    finally:
+        lab.force_cleanup()
+    assert ok["exit"] == 0 or any(c["state"] == "fail" for c in json.loads(ok["stdout"])["checks"]
+                                  if c["name"] != "store")
+    assert _store_line(ok) == {"name": "store", "state": "ok",
+                               "detail": f"{registry.shown(ready)}: schema v{schema.LATEST}, writable"}
+    assert refused["exit"] == 1 and _store_line(refused)["state"] == "fail"
+    assert "cannot connect" in _store_line(refused)["detail"] and PASSWORD not in refused["stdout"] + refused["stderr"]
+
+    fresh = d._store(empty, "--db")
+    assert fresh.state == "ok" and "no store yet" in fresh.detail
+    assert registry.backend_for(empty).stored_version(empty, "--db") is None, "doctor created nothing"
+    too_new = d._store(newer, "--db")
+    assert too_new.state == "fail" and "schema version 99, newer" in too_new.detail
+    sqlite = d._store(str(tmp_path / "new.sqlite"), "--db")
+    assert sqlite.state == "ok" and not (tmp_path / "new.sqlite").exists()
+
+
+def test_trials_waiting_in_the_spool_warn(pg_server: PgServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IOLAB_DATA", str(tmp_path))
+    url = pg_server.fresh_url()
+    registry.open_store(url).close()
+    Spool(registry.shown(url)).add("r", _trial(), None)
+    line = d._store(url, "--db")
+    assert line.state == "warn" and "1 trial(s) wait in the local spool" in line.detail
+
+
+def _trial() -> TrialResult:
+    return TrialResult("t", "c", 0, {}, "ok", None, {"iops": 1.0}, {}, {})
