@@ -1,0 +1,1 @@
+"""Running fio on many hosts at once through fio's own client/server mode (docs/fleet.md)."""

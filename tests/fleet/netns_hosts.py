@@ -1,0 +1,191 @@
+"""A fleet of fio servers on one machine: one network namespace per host.
+
+Each host is a network namespace tagged with the test process as owner
+(`iolab-<token>-fleet-<i>`), a veth pair whose addresses (10.213.X.1/30 outside,
+10.213.X.2/30 inside) are on a private range checked unused first, `fio --server` bound
+to the inside address (`ip netns exec`), and its own scratch loop device. Everything is
+recorded in a ledger before it is made and removed in reverse order, also after a
+failure; a namespace or veth whose owner died (a killed pytest) is swept at the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from iolab.core import cleaners as _cleaners  # noqa: F401  (registers the file and loop cleaners)
+from iolab.core import owner as owners
+from iolab.core.resources import Ledger, Resource, register_cleaner
+
+SUBNET_PREFIX = "10.213."
+V6_PREFIX = "fd69:6f6c:"  # a ULA range (fd00::/8): fd69:6f6c:X::/64 beside each 10.213.X.0/30
+PORT = 8765
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+    return r
+
+
+def namespaces() -> list[str]:
+    return [line.split()[0] for line in _ip("netns", "list").stdout.splitlines() if line.strip()]
+
+
+def links() -> list[str]:
+    return re.findall(r"^\d+: ([^:@]+)", _ip("-o", "link", "show").stdout, flags=re.M)
+
+
+def _clean_netns(res: Resource) -> None:
+    if res.ident in namespaces():
+        _ip("netns", "del", res.ident)
+
+
+def _clean_veth(res: Resource) -> None:
+    if res.ident in links():  # gone with its namespace in the usual case
+        _ip("link", "del", res.ident)
+
+
+def _clean_server(res: Resource) -> None:
+    pid, start = int(res.info.get("pid", 0)), int(res.info.get("start", 0))
+    if pid and owners.is_alive(pid, start):
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the server and the job process it forked
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10
+        while owners.is_alive(pid, start) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+register_cleaner("test-netns", _clean_netns)
+register_cleaner("test-veth", _clean_veth)
+register_cleaner("test-fio-server", _clean_server)
+
+
+def sweep_dead() -> list[str]:
+    """Namespaces and veths of test processes that died (owner tag or veth prefix)."""
+    gone = []
+    for ns in namespaces():
+        if "-fleet-" in ns and owners.dead_owner_of_name(ns):
+            _ip("netns", "pids", ns, check=False)
+            _ip("netns", "del", ns, check=False)
+            gone.append(ns)
+    return gone
+
+
+def free_subnets(n: int) -> list[int]:
+    """n third octets X with nothing of 10.213.X.0/30 on any interface here."""
+    used = _ip("-o", "-4", "addr", "show").stdout + _ip("-4", "route", "show").stdout
+    taken = {int(m) for m in re.findall(r"10\.213\.(\d+)\.", used)}
+    start = os.getpid() % 200
+    out = [x for x in list(range(start, 250)) + list(range(0, start)) if x not in taken][:n]
+    if len(out) < n:
+        raise RuntimeError("no free 10.213.X.0/30 subnets")
+    return out
+
+
+@dataclass
+class NsHost:
+    name: str
+    netns: str
+    veth: str
+    address: str
+    port: int
+    device: str
+    image: Path
+    server: subprocess.Popen[bytes] | None = None
+    server_res: Resource | None = None
+
+    def kill_server(self) -> None:
+        """SIGKILL the server's process group (a forked job process dies with it)."""
+        if self.server and self.server.poll() is None:
+            os.killpg(self.server.pid, signal.SIGKILL)
+            self.server.wait(timeout=10)
+
+
+def _listening(netns: str, port: int) -> bool:
+    out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Hltn", f"sport = :{port}"],
+                         capture_output=True, text=True, timeout=10).stdout
+    return bool(out.strip())
+
+
+def start_server(ledger: Ledger, host: NsHost, fio: str = "fio", log_dir: Path | None = None) -> None:
+    log = open((log_dir or host.image.parent) / f"{host.name}-server.log", "wb")
+    family = "ip6" if ":" in host.address else "ip"
+    with ledger.creating("test-fio-server", host.name) as res:
+        host.server = subprocess.Popen(
+            ["ip", "netns", "exec", host.netns, fio, f"--server={family}:{host.address},{host.port}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        ledger.update(res, pid=host.server.pid, start=owners.start_time(host.server.pid) or 0)
+    host.server_res = res
+    deadline = time.monotonic() + 15
+    while not _listening(host.netns, host.port):
+        if host.server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"fio server of {host.name} did not listen: "
+                               f"{((log_dir or host.image.parent) / f'{host.name}-server.log').read_text()}")
+        time.sleep(0.1)
+
+
+@contextmanager
+def ns_fleet(workdir: Path, n: int = 3, image_mb: int = 64, start_servers: bool = True,
+             ipv6: bool = False) -> Iterator[list[NsHost]]:
+    """n namespace hosts with fio servers and loop devices; all removed on exit. ipv6: the servers
+    listen on the veth's IPv6 address (fd69:6f6c:X::2, added without duplicate detection so it
+    is usable at once) instead of its IPv4 one; both are on the link."""
+    sweep_dead()
+    ledger = Ledger(workdir / "ledger")
+    hosts: list[NsHost] = []
+    try:
+        tag = f"{os.getpid() % 100000:05d}"
+        for i, x in enumerate(free_subnets(n)):
+            ns = owners.tag("fleet", f"h{i}")
+            veth_out, veth_in = f"iofl{tag}o{i}", f"iofl{tag}i{i}"
+            with ledger.creating("test-netns", ns):
+                _ip("netns", "add", ns)
+            with ledger.creating("test-veth", veth_out):
+                _ip("link", "add", veth_out, "type", "veth", "peer", "name", veth_in)
+            _ip("link", "set", veth_in, "netns", ns)
+            _ip("addr", "add", f"{SUBNET_PREFIX}{x}.1/30", "dev", veth_out)
+            _ip("link", "set", veth_out, "up")
+            _ip("-n", ns, "addr", "add", f"{SUBNET_PREFIX}{x}.2/30", "dev", veth_in)
+            if ipv6:
+                _ip("-6", "addr", "add", f"{V6_PREFIX}{x:x}::1/64", "dev", veth_out, "nodad")
+                _ip("-n", ns, "-6", "addr", "add", f"{V6_PREFIX}{x:x}::2/64", "dev", veth_in, "nodad")
+            _ip("-n", ns, "link", "set", veth_in, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            image = workdir / f"h{i}.img"
+            with ledger.creating("file", str(image)):
+                with open(image, "xb") as f:
+                    f.truncate(image_mb << 20)
+            with ledger.creating("loop", "", backing=str(image)) as res:
+                dev = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True,
+                                     check=True, timeout=30).stdout.strip()
+                ledger.update(res, ident=dev)
+            address = f"{V6_PREFIX}{x:x}::2" if ipv6 else f"{SUBNET_PREFIX}{x}.2"
+            hosts.append(NsHost(f"h{i}", ns, veth_out, address, PORT, dev, image))
+        if start_servers:
+            for h in hosts:
+                start_server(ledger, h, log_dir=workdir)
+        yield hosts
+    finally:
+        for h in hosts:
+            if h.server and h.server.poll() is None:
+                h.kill_server()
+        errors = ledger.release_all()
+        assert not errors, errors
+
+
+def port_open(address: str, port: int) -> bool:
+    with socket.socket() as sk:
+        sk.settimeout(2)
+        return sk.connect_ex((address, port)) == 0

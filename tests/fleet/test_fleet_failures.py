@@ -1,0 +1,157 @@
+"""One host failing is that host's failure; what cannot work is refused before any load."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.core.helpers import Lab, make_lab, one_line
+from tests.fleet.netns_hosts import NsHost
+from tests.fleet.specs import fleet_spec, fleet_target
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Any:
+    lab = make_lab(tmp_path / "lab")
+    try:
+        yield lab
+    finally:
+        lab.force_cleanup()
+
+
+def _device_open(device: str) -> bool:
+    """Some process holds the device open (the fio job a server forked)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == device:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def test_server_killed_mid_trial_fails_only_that_host(lab: Lab, fleet3: list[NsHost]) -> None:
+    victim = fleet3[1]
+    proc = lab.popen("run", lab.spec(fleet_spec(fleet3, runtime=3, reps=1)))
+    deadline = time.monotonic() + 120
+    while not _device_open(victim.device):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.7)
+    victim.kill_server()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    (t,) = lab.report_json()["trials"]
+    assert t["status"] == "ok"
+    m = t["metrics"]
+    assert m["fleet_hosts"] == 3 and m["fleet_hosts_ok"] == 2
+    assert not any(k.startswith(f"host:{victim.name}:") for k in m)
+    assert all(m[f"host:{h.name}:iops"] > 0 for h in fleet3 if h is not victim)
+    assert m["iops"] > 0
+    flag = next(f for f in t["flags"] if f.startswith("fleet_partial"))
+    assert "2 of 3" in flag and victim.name in flag
+    failed = t["manifest"]["workload_facts"]["fleet_failed_hosts"]
+    assert list(failed) == [victim.name] and victim.address in failed[victim.name]
+    lab.assert_nothing_left()
+
+
+def test_unreachable_host_is_refused_before_load(lab: Lab, fleet3: list[NsHost]) -> None:
+    fleet3[2].kill_server()
+    r = lab.iolab("run", lab.spec(fleet_spec(fleet3)))
+    assert r.returncode == 2, r.stdout + r.stderr
+    text = one_line(r.stderr)
+    assert "not reachable" in text and f"{fleet3[2].name} ({fleet3[2].address}:{fleet3[2].port}" in text
+    assert fleet3[0].name + " (" not in text  # only the unreachable host is named
+    assert not lab.trial_rows() and "Traceback" not in r.stderr
+
+
+def test_device_holding_a_filesystem_is_refused_unless_named(lab: Lab, fleet3: list[NsHost]) -> None:
+    subprocess.run(["mkfs.ext4", "-q", "-F", fleet3[0].device], check=True, capture_output=True)
+    spec = lab.spec(fleet_spec(fleet3, reps=1))
+    r = lab.iolab("run", spec)
+    assert r.returncode == 2, r.stdout + r.stderr
+    text = one_line(r.stderr)
+    assert "ext4" in text and f"--destroy-data {fleet3[0].name}:{fleet3[0].device}" in text
+    assert not lab.trial_rows()
+    # the plain device name is not enough: the permission names the host
+    r = lab.iolab("run", spec, "--destroy-data", f"{fleet3[1].name}:{fleet3[0].device}")
+    assert r.returncode == 2
+    r = lab.iolab("run", spec, "--destroy-data", f"{fleet3[0].name}:{fleet3[0].device}")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_remote_device_needs_explicit_permission(lab: Lab, fleet3: list[NsHost]) -> None:
+    spec = lab.spec("[study]\nname = \"f\"\n" + "[workload]\nkind = \"fio\"\nruntime = 1\nramp_time = 0\n"
+                    + fleet_target(fleet3[:1], same_machine=False))
+    r = lab.iolab("run", spec, "--dry-run")
+    assert r.returncode == 2 and "cannot be examined from here" in one_line(r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("hosts, why", [
+    ('[{name = "a b", address = "10.0.0.1", device = "/dev/x"}]', "host name"),
+    ('[{name = "a", address = "10.0.0.1;rm", device = "/dev/x"}]', "neither"),
+    ('[{name = "a", address = "10.0.0.1", device = "/dev/x", filename = "/f"}]', "exactly one"),
+    ('[{name = "a", address = "10.0.0.1", device = "/dev/../etc/passwd"}]', "no '..'"),
+    ('[{name = "a", address = "10.0.0.1", port = 70000, device = "/dev/x"}]', "port"),
+    ('[{name = "a", address = "10.0.0.1", device = "/dev/x"}, {name = "a", address = "10.0.0.2", '
+     'device = "/dev/x"}]', "unique"),
+    ('[]', "hosts"),
+])
+def test_bad_host_lists_are_input_errors(lab: Lab, hosts: str, why: str) -> None:
+    spec = lab.spec("[study]\nname = \"f\"\n[workload]\nkind = \"fio\"\n[target]\nkind = \"fleet\"\n"
+                    f"hosts = {hosts}\n")
+    r = lab.iolab("run", spec, "--dry-run")
+    assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_ctrl_c_stops_every_hosts_job(lab: Lab, fleet3: list[NsHost]) -> None:
+    import signal
+
+    proc = lab.popen("run", lab.spec(fleet_spec(fleet3, runtime=30, reps=1)))
+    deadline = time.monotonic() + 120
+    while not all(_device_open(h.device) for h in fleet3):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    stopped = time.monotonic() + 10  # fio's servers keep running; their jobs must not
+    while any(_device_open(h.device) for h in fleet3) and time.monotonic() < stopped:
+        time.sleep(0.1)
+    assert not [h.name for h in fleet3 if _device_open(h.device)]
+    assert all(h.server is not None and h.server.poll() is None for h in fleet3)
+    lab.assert_nothing_left()
+
+
+def test_mismatched_fio_names_each_hosts_version(fleet3: list[NsHost], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real servers, real probes; only this machine's version is pretended (one fio is installed
+    here, so a second protocol version cannot be started for real)."""
+    from iolab.core.errors import RefusedError
+    from iolab.core.exec import HostExecutor
+    from iolab.fleet import checks
+    from iolab.fleet.hosts import FleetHost
+    from iolab.workloads import fio_engine
+
+    hosts = [FleetHost(name=h.name, address=h.address, port=h.port, device=h.device) for h in fleet3]
+    ex = HostExecutor(tmp_path)
+    try:
+        facts = checks.check(ex, hosts, tmp_path)  # the same fio everywhere: accepted
+        assert {f.fio for f in facts.values()} == {fio_engine.fio_version()}
+        monkeypatch.setattr(fio_engine, "fio_version", lambda: "fio-9.99")
+        with pytest.raises(RefusedError) as exc:
+            checks.check(ex, hosts, tmp_path)
+    finally:
+        ex.close()
+    text = str(exc.value)
+    assert "fio versions differ" in text and "this machine (fio --client): fio-9.99" in text
+    assert all(f"{h.name} ({h.address}:{h.port}, {h.device}): {facts[h.name].fio}" in text for h in fleet3)

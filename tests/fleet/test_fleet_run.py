@@ -1,0 +1,91 @@
+"""A study on a fleet of three real fio servers (network namespaces): per-host metrics, the
+aggregate over the common window, the per-host manifest, and nothing left behind."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.core.helpers import Lab, make_lab
+from tests.fleet.netns_hosts import NsHost
+from tests.fleet.specs import fleet_spec
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Any:
+    lab = make_lab(tmp_path / "lab")
+    try:
+        yield lab
+    finally:
+        lab.force_cleanup()
+
+
+def test_fleet_study_stores_per_host_and_aggregate(lab: Lab, fleet3: list[NsHost]) -> None:
+    r = lab.iolab("run", lab.spec(fleet_spec(fleet3)), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = lab.report_json()
+    trials = [t for t in doc["trials"] if t["status"] == "ok"]
+    assert len(trials) == 2, [t.get("error") for t in doc["trials"]]
+    for t in trials:
+        m = t["metrics"]
+        per_host = [m[f"host:{h.name}:iops"] for h in fleet3]
+        assert all(v > 0 for v in per_host)
+        assert m["fleet_hosts"] == 3 and m["fleet_hosts_ok"] == 3
+        # the aggregate is over the common window: the sum of the hosts' rates there, which is
+        # close to (not equal to) the sum of their whole-run rates
+        assert m["iops"] == pytest.approx(sum(per_host), rel=0.35)
+        assert 0 < m["fleet_window_s"] <= 1.2
+        assert 0 <= m["fleet_start_spread_ms"] < 1000
+        assert m["fleet_start_spread_ms"] == pytest.approx(max(m[f"host:{h.name}:start_offset_ms"] for h in fleet3))
+        # the percentiles come from the hosts' histogram logs inside the window (fio --client
+        # brought them back), not from the whole jobs
+        assert not [f for f in t["flags"] if f.startswith("fleet_")], t["flags"]
+        # merged histograms: the fleet's median lies between the hosts' medians
+        meds = [m[f"host:{h.name}:read_clat_p50_us"] for h in fleet3]
+        assert min(meds) * 0.9 <= m["read_clat_p50_us"] <= max(meds) * 1.1
+        assert m["read_clat_p99_us"] >= m["read_clat_p50_us"]
+        hosts = t["manifest"]["target"]["hosts"]
+        assert set(hosts) == {h.name for h in fleet3}
+        assert all(v["fio"].startswith("fio-") and v["device"] for v in hosts.values())
+        # one machine, one clock: the skew is only the result's delivery time (never ahead)
+        assert all(-1000 < v["clock_skew_ms"] <= 5 for v in hosts.values())
+        assert 0 <= t["manifest"]["target"]["clock_skew_spread_ms"] < 500
+        job = t["manifest"]["job"]
+        assert all(f"filename={h.device}" in job for h in fleet3)
+    assert statistics.mean(t["metrics"]["iops"] for t in trials) > 0
+    md = lab.iolab("report", "latest", "--format", "md")
+    assert md.returncode == 0 and "Traceback" not in md.stderr, md.stderr
+    lab.assert_nothing_left()
+
+
+def test_fleet_over_ipv6(lab: Lab, tmp_path: Path) -> None:
+    """Hosts addressed by IPv6 (fio's `ip6:ADDR,PORT`): servers bound to their namespace's IPv6
+    address only, each host's result and the aggregate come back as over IPv4."""
+    from tests.fleet.conftest import _usable
+    from tests.fleet.netns_hosts import ns_fleet
+
+    if (why := _usable()) or (why := _no_ipv6()):
+        pytest.skip(why)
+    with ns_fleet(tmp_path / "fleet6", 3, ipv6=True) as hosts:
+        assert all(":" in h.address for h in hosts)
+        r = lab.iolab("run", lab.spec(fleet_spec(hosts, reps=2)), timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        doc = lab.report_json()
+        trials = [t for t in doc["trials"] if t["status"] == "ok"]
+        assert len(trials) == 2, [t.get("error") for t in doc["trials"]]
+        for t in trials:
+            assert t["metrics"]["fleet_hosts_ok"] == 3 and all(t["metrics"][f"host:{h.name}:iops"] > 0 for h in hosts)
+            assert {v["address"] for v in t["manifest"]["target"]["hosts"].values()} == {h.address for h in hosts}
+    lab.assert_nothing_left()
+
+
+def _no_ipv6() -> str | None:
+    try:
+        if Path("/proc/sys/net/ipv6/conf/all/disable_ipv6").read_text().strip() == "1":
+            return "IPv6 is disabled on this machine (net.ipv6.conf.all.disable_ipv6 = 1)"
+    except OSError:
+        return "this kernel has no IPv6 (/proc/sys/net/ipv6 is absent)"
+    return None
