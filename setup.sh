@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # iolab set-up: installs everything a fresh Debian machine needs, then runs one thing.
 #   ./setup.sh demo   install + run the default study on the embedded default target; ends with the report path
-#   ./setup.sh test   install + run the whole test suite (this is what CI runs)
+#   ./setup.sh test   install + ruff and mypy on src/ + the whole test suite (this is what CI runs)
 #   ./setup.sh install   install only
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -10,6 +10,7 @@ action="${1:-install}"
 # System packages, and why each is here (docs/architecture.md#dependencies):
 APT_PACKAGES=(
   fio                 # the I/O engine for all disk I/O
+  fio-examples        # fio's own example job files: the job-file sandbox is tested against every one
   qemu-system-x86     # guests for the VM studies
   qemu-utils          # qemu-img: images and their metadata
   linux-image-amd64   # the built-in guest's kernel
@@ -21,6 +22,8 @@ APT_PACKAGES=(
   sysbench iperf3     # CPU and network workloads (vm-profile)
   rocksdb-tools       # db_bench: the real application beside cgroups (cgroup-weights)
   chromium            # the test suite opens the HTML report in a real headless browser
+  libpq5              # the PostgreSQL client library psycopg loads (a team results store, docs/store.md)
+  postgresql          # a real server the store tests start in a temporary directory (never the system one)
   python3 python3-venv
 )
 
@@ -48,7 +51,8 @@ install_python() {
     echo "== creating .venv"
     python3 -m venv .venv
   fi
-  if ! .venv/bin/python -c "import iolab, pytest, playwright" 2>/dev/null \
+  if ! .venv/bin/python -c "import iolab, pytest, playwright, mypy" 2>/dev/null \
+     || [ ! -x .venv/bin/ruff ] \
      || [ pyproject.toml -nt .venv/.installed ]; then
     echo "== installing iolab and its pinned dependencies into .venv"
     .venv/bin/pip install -q --upgrade pip >/dev/null
@@ -65,6 +69,12 @@ install_python
 case "$action" in
   install) echo "installed: .venv/bin/iolab" ;;
   demo)    exec .venv/bin/iolab study write-modes ;;
-  test)    exec .venv/bin/python -m pytest -ra --durations=15 tests ;;
+  test)
+    # lint and types first (pinned in pyproject's [test] extras; configured there): a finding fails the run
+    echo "== ruff check src"
+    .venv/bin/ruff check src
+    echo "== mypy (src/iolab)"
+    .venv/bin/mypy
+    exec .venv/bin/python -m pytest -ra --durations=15 tests ;;
   *) echo "usage: $0 [install|demo|test]" >&2; exit 2 ;;
 esac

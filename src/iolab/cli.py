@@ -1,9 +1,14 @@
-"""The `iolab` command. Thin: parse, call the layers, print; errors become exit codes."""
+"""The `iolab` command. Thin: parse, call the layers, print; errors become exit codes.
+
+Size: one short function per command (run, study, reproduce, runs, report, compare, clean,
+doctor, ...), each only parsing options and calling a layer; together they read as the
+command reference. Split into a package by command group when a group grows logic of its own.
+"""
 
 from __future__ import annotations
 
 import json
-import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,28 +16,63 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table as RichTable
 
 from iolab import __version__
 from iolab.core import paths
-from iolab.core.errors import IolabError
-from iolab.store.sqlite import Store
+from iolab.core.errors import InputError, IolabError
+from iolab.core.inputs import check_writable
+from iolab.core.signals import STOP_SIGNALS
+from iolab.fleet import guard as fleet_guard
+from iolab.fleet.cli import fleet as fleet_group
+from iolab.store import registry as stores
+from iolab.store.base import Store
+from iolab.store.push import push_run
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
-db_option = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                         help="results database (default: $IOLAB_DATA/results.sqlite)")
+db_option = click.option("--db", type=str, default=None, envvar="IOLAB_DB", show_envvar=True,
+                         help="results store: a file path (SQLite; default: $IOLAB_DATA/results.sqlite) "
+                              "or postgresql://user@host/dbname (docs/store.md)")
 
 
-def _store(db: Path | None) -> Store:
-    return Store(db or paths.default_db())
+def _store(db: str | None) -> Store:
+    """The results store a run writes to; a place where it cannot be is an input error (exit 2)."""
+    return stores.open_store(*_db_ref(db))
+
+
+def _existing_store(db: str | None) -> Store | None:
+    """The results store for commands that only read: None when there is none yet (nothing is created)."""
+    return stores.open_existing(*_db_ref(db))
+
+
+def _resolve_store(db: str | None) -> Store:
+    store = _existing_store(db)
+    if store is None:
+        raise InputError(f"no runs in {stores.shown(_db_ref(db)[0])} yet (run a study first, or give --db)")
+    return store
+
+
+def _resolve(store: Store, ref: str) -> Any:
+    """The run RUN names; a RUN that names none (or several) is an input error."""
+    try:
+        return store.resolve(ref)
+    except IolabError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _db_ref(db: str | None) -> tuple[str, str]:
+    """The --db value (or the default database) and how messages name it."""
+    return (db, "--db") if db else (str(paths.default_db()), "results database")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="iolab")
 def cli() -> None:
     """iolab: a performance lab for the Linux storage stack, host to guest."""
+
+
+cli.add_command(fleet_group)
 
 
 # -- studies ------------------------------------------------------------------------------
@@ -55,8 +95,9 @@ def study_list() -> None:
 
 def _run_options(f: Any) -> Any:
     f = click.option("--dry-run", is_flag=True, help="print the plan (trials, time, what is created) and stop")(f)
-    f = click.option("--destroy-data", "destroy", multiple=True, metavar="DEVICE",
-                     help="allow overwriting this block device even though it holds data")(f)
+    f = click.option("--destroy-data", "destroy", multiple=True, metavar="[HOST:]DEVICE",
+                     help="allow overwriting this block device (a fleet host's: HOST:DEVICE) "
+                          "even though it holds data")(f)
     f = click.option("-o", "--output", type=click.Path(path_type=Path), help="where to write the HTML report")(f)
     return db_option(f)
 
@@ -66,20 +107,33 @@ def _make_study_command(name: str) -> click.Command:
     @click.option("--quick", is_flag=True, help="reduced matrix and durations, for a first look and CI")
     @click.option("--print-spec", is_flag=True,
                   help="print the study as a TOML spec (to copy, change and run with `iolab run`) and stop")
+    @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), metavar="FILE",
+                  help="a fleet study's hosts: a TOML file of [[hosts]] tables (docs/fleet.md)")
     @_run_options
-    def cmd(quick: bool, print_spec: bool, dry_run: bool, destroy: tuple[str, ...], output: Path | None,
-            db: Path | None) -> None:
+    def cmd(quick: bool, print_spec: bool, hosts_file: Path | None, dry_run: bool, destroy: tuple[str, ...],
+            output: Path | None, db: str | None) -> None:
+        from iolab.fleet.hosts import load_hosts_file
         from iolab.studies import builtin
         from iolab.studies.spec import from_dict
 
         mod = builtin.get(name)
+        fleet_guard.allow_destroy(destroy)  # before validation: the guard runs there too
+        doc = mod.build(quick)
+        needs_hosts = getattr(mod.spec, "NEEDS_HOSTS", False)
+        if hosts_file is not None and not needs_hosts:
+            raise InputError(f"--hosts: {name} runs on this machine, not on a fleet")
+        if hosts_file is not None:
+            doc["target"]["hosts"] = load_hosts_file(hosts_file)
         if print_spec:
             import tomli_w
 
-            click.echo(tomli_w.dumps(_without_none(mod.build(quick))), nl=False)
+            click.echo(tomli_w.dumps(_without_none(doc)), nl=False)
             return
-        spec = from_dict(mod.build(quick), f"builtin:{name}", {"quick": quick})
-        _execute(spec, db, dry_run, destroy, output, None, getattr(mod, "before_group", None))
+        if needs_hosts and hosts_file is None:
+            raise InputError(f"{name} runs on a fleet: give --hosts FILE, a TOML file of [[hosts]] tables "
+                             f"(`iolab study {name} --print-spec` shows their shape; docs/fleet.md)")
+        spec = from_dict(doc, f"builtin:{name}", {"quick": quick, **({"hosts": str(hosts_file)} if hosts_file else {})})
+        _execute(spec, db, dry_run, output, None, getattr(mod, "before_group", None))
 
     return cmd
 
@@ -105,15 +159,18 @@ def _register_studies() -> None:
 @click.option("--resume", "resume", metavar="RUN", help="finish only the missing trials of RUN (id or 'latest')")
 @_run_options
 def run(spec: Path | None, resume: str | None, dry_run: bool, destroy: tuple[str, ...], output: Path | None,
-        db: Path | None) -> None:
+        db: str | None) -> None:
     """Run a study spec (TOML), an fio job file (.fio) as a study, or --resume a run."""
     from iolab.studies import builtin
     from iolab.studies.spec import from_dict, load_spec_file
 
+    fleet_guard.allow_destroy(destroy)  # before validation: a job file's device is guarded there
     if resume:
-        store = _store(db)
-        rec = store.resolve(resume)
+        store = _resolve_store(db)
+        rec = _resolve(store, resume)
         store.close()
+        if (rec.spec.get("study") or {}).get("analysis") == "reproduce":
+            raise IolabError(f"{rec.id} is a reproduction: resume it with `iolab reproduce --resume {rec.id}`")
         spec_obj = from_dict(rec.spec, rec.source, rec.options)
         resume = rec.id
     elif spec is None:
@@ -122,24 +179,32 @@ def run(spec: Path | None, resume: str | None, dry_run: bool, destroy: tuple[str
         spec_obj = load_spec_file(spec)
     # a spec analysed as a built-in study gets that study's hook too (e.g. a prefill or a sanity gate)
     hook = getattr(builtin.analysis_module(spec_obj.settings.analysis), "before_group", None)
-    _execute(spec_obj, db, dry_run, destroy, output, resume, hook)
+    _execute(spec_obj, db, dry_run, output, resume, hook)
 
 
-def _execute(spec: Any, db: Path | None, dry_run: bool, destroy: tuple[str, ...], output: Path | None,
+def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
              resume: str | None, hook: Any) -> None:
+    """Check every input first (devices allowed, database, report path, targets' preflight);
+    --dry-run then prints the plan and creates nothing at all: no database, no ledger."""
     from iolab.runner.runner import Runner
-    from iolab.targets import blockdev
 
-    blockdev.DESTROY_ALLOWED.update(os.path.realpath(d) for d in destroy)
+    stores.check_target(*_db_ref(db))
+    if output is not None:
+        check_writable(output, "-o")
+    if dry_run:
+        runner = Runner(spec, None, err, before_group=hook)  # type: ignore[arg-type]  # a plan needs no store
+        runner.instantiate()
+        lines = runner.dry_run_lines()
+        extra = [f"  - {line}" for w in runner.workloads.values() for line in getattr(w, "touches", list)()]
+        at = lines.index("configurations:") if "configurations:" in lines else len(lines)
+        for line in lines[:at] + sorted(set(extra)) + lines[at:]:
+            click.echo(line)
+        return
     store = _store(db)
     runner = Runner(spec, store, err, before_group=hook)
     runner.instantiate()
-    if dry_run:
-        for line in runner.dry_run_lines():
-            click.echo(line)
-        return
     run_id = runner.start(resume)
-    err.print(f"run [bold]{run_id}[/bold] ({spec.name}), results in {store.path}")
+    err.print(f"run [bold]{run_id}[/bold] ({spec.name}), results in {store.location}")
     try:
         status = runner.run()
     finally:
@@ -150,14 +215,10 @@ def _execute(spec: Any, db: Path | None, dry_run: bool, destroy: tuple[str, ...]
 
 def _finish(store: Store, run_id: str, output: Path | None) -> None:
     """Always write the report, also for partial runs: the summary and its path end the output."""
-    from iolab.report.document import analysed
-    from iolab.report.render import render
+    from iolab.report.document import write_html
 
     rec = store.resolve(run_id)
-    doc, summary, sections = analysed(store, rec)
-    path = output or paths.reports_dir() / run_id / "report.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(doc, sections, summary, "html"))
+    path, doc, summary = write_html(store, rec, output)
     ok = sum(t["status"] == "ok" for t in doc["trials"])
     err.print(f"\n[bold]{rec.study}[/bold] {doc['status']}: {ok}/{len(doc['trials'])} trials ok")
     for line in summary:
@@ -165,87 +226,242 @@ def _finish(store: Store, run_id: str, output: Path | None) -> None:
     out.print(f"report: {path}")
 
 
+@cli.command()
+@click.option("--quick", is_flag=True, help="every study's reduced matrix (claims that need the full one are "
+                                            "'not testable here')")
+@click.option("--resume", "resume", metavar="RUN", help="finish a reproduction: completed studies are kept")
+@click.option("--dry-run", is_flag=True, help="print what each study would run and stop; creates nothing")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="where to write the reproduction's HTML page")
+@db_option
+def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | None, db: str | None) -> None:
+    """Run the five reference studies (R1-R5) and write one page: every published claim, this
+    machine's value with its CI, holds / differs / not testable here, and why."""
+    from iolab.report.document import write_html
+    from iolab.reproduce.session import Reproduction, plan_lines
+
+    if output is not None:
+        check_writable(output, "-o")
+    if dry_run:
+        for line in plan_lines(quick, err):
+            click.echo(line)
+        return
+    store = _store(db)
+    if resume:
+        _resolve(store, resume)
+    repro = Reproduction(store, err, on_child_done=lambda name, path: err.print(f"{name} report: {path}"))
+    run_id = repro.resume(resume) if resume else repro.start(quick)
+    err.print(f"reproduction [bold]{run_id}[/bold]{' (quick)' if repro.quick else ''}, results in {store.location}")
+    try:
+        repro.run()
+    finally:
+        path, doc, summary = write_html(store, repro.record(), output)
+        err.print(f"\n[bold]reproduce[/bold] {doc['status']}")
+        for line in summary:
+            err.print(f"  • {escape(line)}")
+        out.print(f"report: {path}")
+
+
+def _write_report(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise InputError(f"could not write the report to {path} ({exc.strerror}); the results are in the "
+                         "database: `iolab report RUN -o PATH` writes it elsewhere") from None
+
+
 # -- results ------------------------------------------------------------------------------
 @cli.command()
 @db_option
-@click.option("-n", "limit", default=30, show_default=True, help="how many runs")
-def runs(db: Path | None, limit: int) -> None:
-    """Past runs in the results store."""
+@click.option("-n", "limit", default=30, show_default=True, type=click.IntRange(min=1), help="how many runs")
+@click.option("--json", "as_json", is_flag=True, help="one JSON array: id, study, status, trial counts, start time")
+def runs(db: str | None, limit: int, as_json: bool) -> None:
+    """Past runs in the results store, newest first; ids are printed whole (to copy into
+    `report`, `compare` or `run --resume`), at any terminal width and through a pipe."""
     import time
 
-    store = _store(db)
-    table = RichTable("study", "status", "trials ok/all", "started")
-    table.add_column("run", no_wrap=True, overflow="ignore")
+    from iolab.report.comparison import text_table
+
+    store = _existing_store(db)
+    if store is None:
+        out.print(f"no runs yet ({stores.shown(_db_ref(db)[0])} does not exist)")
+        return
+    items: list[dict[str, Any]] = []
     for r in store.runs(limit):
         trials = store.trials(r.id)
-        table.add_row(r.study, r.status, f"{sum(t.status == 'ok' for t in trials)}/{len(trials)}",
-                      time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)), r.id)
-    out.print(table)
+        items.append({"id": r.id, "study": r.study, "status": r.status,
+                      "trials_ok": sum(t.status == "ok" for t in trials), "trials": len(trials),
+                      "failed": sum(t.status != "ok" for t in trials), "created": r.created,
+                      "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.created))})
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+        return
+    if not items:
+        click.echo(f"no runs in {store.location}")
+        return
+    click.echo(text_table(["run", "study", "status", "trials ok/all", "started"], [
+        [i["id"], i["study"], i["status"], f"{i['trials_ok']}/{i['trials']}",
+         time.strftime("%Y-%m-%d %H:%M", time.localtime(i["created"]))] for i in items]))
+
+
+@cli.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--to", "to", required=True, metavar="STORE",
+              help="the store to copy into: a file path or postgresql://user@host/dbname (docs/store.md)")
+@db_option
+def push(run_ref: str, to: str, db: str | None) -> None:
+    """Copy RUN (finished or partial) from this store (--db) into another (--to), as it is;
+    pushing again replaces the copy, never duplicates it."""
+    source = _resolve_store(db)
+    rec = _resolve(source, run_ref)
+    target = stores.open_store(to, "--to")
+    try:
+        pushed = push_run(source, target, rec)
+    finally:
+        target.close()
+        source.close()
+    out.print(f"pushed {pushed.run_id} ({pushed.status}, {pushed.trials} trials) to {escape(target.location)}")
+
+
+@cli.command()
+@click.argument("study")
+@click.option("--host", default=None, help="only runs made on this host (its hostname)")
+@click.option("--config", "config_id", default=None, metavar="ID", help="only this configuration (its id)")
+@click.option("--metric", default=None, help="the metric to follow (default: iops when measured)")
+@click.option("-n", "limit", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="look at the newest N runs of the store")
+@click.option("--json", "as_json", is_flag=True, help="the series and their change points as JSON")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also write the history as an HTML page with a chart per configuration")
+@db_option
+def history(study: str, host: str | None, config_id: str | None, metric: str | None, limit: int, as_json: bool,
+            html_path: Path | None, db: str | None) -> None:
+    """STUDY's metric over its runs, per configuration (median per run), with the steps found
+    in it (circular binary segmentation, permutation test at 1 %: docs/store.md#history)
+    and what changed in the machine at each (kernel, fio, QEMU, iolab versions)."""
+    from iolab.analysis.history import RunData, build
+    from iolab.report.history import history_html, history_json, history_text
+
+    store = _resolve_store(db)
+    try:
+        data = [RunData(r.id, r.created, r.environment, store.trials(r.id)) for r in store.runs(limit)
+                if r.study == study]
+    finally:
+        store.close()
+    series = build(data, metric, config_id, host)
+    if not series:
+        raise InputError(f"no successful trials of study {study!r}{f' on host {host!r}' if host else ''}"
+                         f"{f' for configuration {config_id!r}' if config_id else ''}"
+                         f"{f' with metric {metric!r}' if metric else ''} in {store.location}")
+    if html_path is not None:
+        check_writable(html_path, "--html")
+        _write_report(html_path, history_html(study, series))
+        err.print(f"history page: {html_path}")
+    click.echo(history_json(series) if as_json else history_text(series))
 
 
 @cli.command()
 @click.argument("run_ref", metavar="RUN")
 @click.option("--format", "fmt", type=click.Choice(["html", "md", "csv", "json"]), default="html", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="write here instead of the default place")
+@click.option("--compare", "compare_ref", metavar="RUN_A",
+              help="add a comparison of this run (B) against RUN_A, as `iolab compare RUN_A RUN`")
+@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.02,
+              show_default=True, help="with --compare: the noise threshold (a fraction, 0.02 = 2 %)")
 @db_option
-def report(run_ref: str, fmt: str, output: Path | None, db: Path | None) -> None:
+def report(run_ref: str, fmt: str, output: Path | None, compare_ref: str | None, threshold: float,
+           db: str | None) -> None:
     """Render a run's report (RUN: id, id prefix or 'latest'). json follows docs/results.md."""
-    from iolab.report.document import analysed
+    from iolab.analysis.compare import compare_runs
+    from iolab.report import comparison
+    from iolab.report.document import analysed, results_document
     from iolab.report.render import render
 
-    store = _store(db)
-    rec = store.resolve(run_ref)
-    doc, summary, sections = analysed(store, rec)
-    text = render(doc, sections, summary, fmt)
+    if output is not None:
+        check_writable(output, "-o")
+    store = _resolve_store(db)
+    rec = _resolve(store, run_ref)
     if output is None and fmt == "html":
         output = paths.reports_dir() / rec.id / "report.html"
+    doc, summary, sections = analysed(store, rec, output.parent if output else None)
+    if compare_ref:
+        result = compare_runs(results_document(store, _resolve(store, compare_ref)), doc, threshold=threshold)
+        doc["comparison"] = result
+        summary = [*summary, comparison.headline(result)]
+        sections = [comparison.section(result), *sections]
+    text = render(doc, sections, summary, fmt)
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    _write_report(output, text)
     out.print(f"report: {output}")
 
 
 @cli.command()
 @click.argument("run_a")
 @click.argument("run_b")
+@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.02,
+              show_default=True, help="noise threshold: a smaller change is 'no difference' (0.02 = 2 %)")
+@click.option("--metric", "metric_names", multiple=True, metavar="NAME", help="compare only this metric (repeatable)")
+@click.option("--json", "as_json", is_flag=True, help="the comparison as one JSON object (docs/results.md)")
 @db_option
-def compare(run_a: str, run_b: str, db: Path | None) -> None:
-    """What changed from RUN_A to RUN_B, per configuration and metric, with confidence intervals."""
+def compare(run_a: str, run_b: str, threshold: float, metric_names: tuple[str, ...], as_json: bool,
+            db: str | None) -> None:
+    """What changed from RUN_A to RUN_B: per shared configuration and metric, B/A with its 95% CI,
+    a p-value (Welch on log values) and a verdict that needs significance after Holm's
+    correction over all rows AND a change beyond --threshold. Differences between the runs'
+    machines, versions or schedulers are named first."""
     from iolab.analysis.compare import compare_runs
+    from iolab.report import comparison
     from iolab.report.document import results_document
 
-    store = _store(db)
-    a, b = (results_document(store, store.resolve(r)) for r in (run_a, run_b))
-    rows = compare_runs(a, b)
-    table = RichTable("configuration", "metric", "A", "B", "B/A [95% CI]", "verdict")
-    for r in rows:
-        table.add_row(r["config"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}",
-                      f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]", r["verdict"])
-    out.print(table)
+    store = _resolve_store(db)
+    a, b = (results_document(store, _resolve(store, r)) for r in (run_a, run_b))
+    result = compare_runs(a, b, threshold=threshold, metric_names=metric_names)
+    measured = {r["metric"] for r in result["rows"]} | set(result["skipped_metrics"])
+    missing = [m for m in metric_names if m not in measured]
+    if missing:
+        raise click.BadParameter(f"not measured on any shared configuration: {', '.join(missing)}",
+                                 param_hint="--metric")
+    if as_json:
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+        return
+    for w in result["warnings"]:
+        err.print(f"[yellow]warning:[/yellow] not like-for-like: {escape(w)}")
+    click.echo(comparison.text_table(comparison.HEADERS, comparison.table_rows(result)))
+    for side, key in (("A", "only_a"), ("B", "only_b")):
+        for label in result[key]:
+            click.echo(f"only in {side}: {label}")
+    if result["skipped_metrics"]:
+        click.echo("not compared (no better direction declared): " + ", ".join(result["skipped_metrics"]))
+    click.echo(comparison.headline(result))
 
 
 # -- machine ------------------------------------------------------------------------------
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="machine-readable")
-def doctor(as_json: bool) -> None:
-    """What this machine can do: fio, QEMU, KVM or only TCG, cgroups, schedulers, root, space."""
+@db_option
+def doctor(as_json: bool, db: str | None) -> None:
+    """What this machine can do and what would make its numbers untrustworthy (exit 1 on a fail)."""
     from iolab.doctor import checks
 
-    results = checks()
+    results = checks(_db_ref(db))
     if as_json:
         out.print_json(json.dumps(results))
-        return
-    for item in results["checks"]:
-        mark = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "missing": "[red]missing[/red]"}[item["state"]]
-        out.print(f"{mark:>24}  [bold]{item['name']:14}[/bold] {escape(item['detail'])}")
+    else:
+        for item in results["checks"]:
+            mark = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "missing": "[red]missing[/red]",
+                    "fail": "[bold red]fail[/bold red]"}[item["state"]]
+            out.print(f"{mark:>24}  [bold]{item['name']:14}[/bold] {escape(item['detail'])}")
+    if any(item["state"] == "fail" for item in results["checks"]):
+        raise SystemExit(1)  # iolab cannot work here as it is
 
 
 @cli.command()
-@click.option("--all", "sweep", is_flag=True, help="also remove tagged leftovers with no ledger entry")
+@click.option("--all", "sweep", is_flag=True,
+              help="also remove, machine-wide, what carries the tag of a dead iolab process (any data dir)")
 def clean(sweep: bool) -> None:
-    """Remove anything iolab created and left behind (after a crash or kill -9)."""
+    """Remove what dead iolab processes left behind (after a crash or kill -9); never what a live run uses."""
     from iolab.cleanup import clean_everything
 
     cleaned, errors = clean_everything(sweep=sweep)
@@ -259,7 +475,19 @@ def clean(sweep: bool) -> None:
         raise SystemExit(1)
 
 
+def _stop_signals_interrupt() -> None:
+    """SIGTERM and SIGHUP mean what Ctrl-C means, from the first line on: the runner cleans up
+    (it installs the same handlers around a run), and outside a run iolab just exits 130."""
+    def _raise(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    for s in STOP_SIGNALS:
+        if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(s, _raise)
+
+
 def main() -> None:
+    _stop_signals_interrupt()
     _register_studies()
     try:
         cli.main(standalone_mode=False)

@@ -121,5 +121,16 @@ def close_shared_browser() -> None:
 
 
 def open_report_in_browser(html_path: str | Path, screenshot: str | Path | None = None) -> dict[str, Any]:
-    """Open `html_path` in headless chromium; returns requests, svg_count, svgs, body_text, screenshot."""
-    return inspect_report(shared_browser(), html_path, screenshot)
+    """Open `html_path` in headless chromium; returns requests, svg_count, svgs, body_text, screenshot.
+
+    A chromium started here is stopped before returning: playwright's sync API keeps an
+    asyncio loop running on this thread while it is up, and any later synchronous asyncio
+    user in the same process (qemu.qmp's QEMUMonitorProtocol) would fail with "This event
+    loop is already running". One already shared (the report tests' fixture) is reused.
+    """
+    if "browser" in _SHARED:
+        return inspect_report(_SHARED["browser"], html_path, screenshot)
+    try:
+        return inspect_report(shared_browser(), html_path, screenshot)
+    finally:
+        close_shared_browser()

@@ -1,4 +1,4 @@
-"""Fixtures for report tests: one headless chromium per session, sample run documents."""
+"""Fixtures for report tests: one headless chromium per test module, sample run documents."""
 
 from __future__ import annotations
 
@@ -16,9 +16,13 @@ from tests.report import sample_doc  # noqa: E402
 from tests.report.browser import chromium_available, close_shared_browser, screenshot_dir, shared_browser  # noqa: E402
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium_browser() -> Iterator[Any]:
-    """A playwright Browser on /usr/bin/chromium; skips when chromium or playwright is missing."""
+    """A playwright Browser on /usr/bin/chromium; skips when chromium or playwright is missing.
+
+    Module scope, not session: while playwright's sync API is up, an asyncio loop runs on
+    the main thread and every later in-process QMP session (tests/vm) would fail.
+    """
     if not chromium_available():
         pytest.skip("chromium not installed (apt-get install -y chromium)")
     pytest.importorskip("playwright.sync_api")

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from iolab.report.model import Chart, Note, Section, Series, Table
-from iolab.report.render import fmt_cell, fmt_num, fmt_size, render, render_csv, render_markdown
+from iolab.report.format import fmt_cell, fmt_num, fmt_size
+from iolab.report.render import render, render_csv, render_markdown
 from tests.report import sample_doc
 
 

@@ -25,8 +25,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from matplotlib.transforms import blended_transform_factory
 
+from iolab.report.format import fmt_size
 from iolab.report.model import Chart, Series
-from iolab.report.render import fmt_size
 
 # Okabe & Ito (2008), ordered so the first four are the most distinct.
 # Okabe-Ito yellow (#F0E442) is replaced by grey: it vanishes on a white background.
@@ -85,7 +85,7 @@ def _draw_line(ax: Any, chart: Chart) -> None:
     """Mean lines with markers, CI as a shaded band; categorical x when x values are strings."""
     categories = _categories(chart.series) if _x_is_categorical(chart.series) else None
     for i, s in enumerate(chart.series):
-        xs = [categories.index(x) for x in s.x] if categories else [_num(x) for x in s.x]
+        xs: list[float] = [categories.index(x) for x in s.x] if categories else [_num(x) for x in s.x]
         color = PALETTE[i % len(PALETTE)]
         ys = [_num(y) for y in s.y]
         if s.lo is not None and s.hi is not None:
@@ -270,9 +270,8 @@ def _categories(series: list[Series]) -> list[Any]:
 
 
 def _at(values: list[float | None] | None, j: int) -> float | None:
-    if values is None or j >= len(values) or values[j] is None:
-        return None
-    return float(values[j])
+    v = values[j] if values is not None and j < len(values) else None
+    return None if v is None else float(v)
 
 
 def _num(v: Any) -> float:
@@ -318,9 +317,10 @@ def clean_svg(svg: str, uid: str) -> str:
     svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
     svg = re.sub(r'(<svg\b[^>]*?)\s+width="[^"]*"', r"\1", svg, count=1)
     svg = re.sub(r'(<svg\b[^>]*?)\s+height="[^"]*"', r"\1", svg, count=1)
-    svg = svg.replace("<svg ", f'<svg class="chart" role="img" preserveAspectRatio="xMidYMid meet" ', 1)
+    svg = svg.replace("<svg ", '<svg class="chart" role="img" preserveAspectRatio="xMidYMid meet" ', 1)
     ids = set(_ID_RE.findall(svg))
     if ids:
         svg = _ID_RE.sub(lambda m: f'id="{uid}-{m.group(1)}"', svg)
-        svg = re.sub(r"#([A-Za-z_][\w.\-]*)", lambda m: f"#{uid}-{m.group(1)}" if m.group(1) in ids else m.group(0), svg)
+        svg = re.sub(r"#([A-Za-z_][\w.\-]*)",
+                     lambda m: f"#{uid}-{m.group(1)}" if m.group(1) in ids else m.group(0), svg)
     return svg.strip()

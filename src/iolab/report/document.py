@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from iolab.analysis import repetitions
+from iolab.analysis.trials import declarations
+from iolab.core import paths
 from iolab.report.model import Section
-from iolab.store.sqlite import RunRecord, Store
+from iolab.report.render import render
+from iolab.store.base import RunRecord, Store
 from iolab.studies import builtin
+
+REPRODUCE = "reproduce"
 
 
 def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
@@ -14,19 +21,81 @@ def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
     trials = [{
         "id": t.trial_id, "params": t.params, "repetition": t.repetition, "status": t.status, "error": t.error,
         "metrics": t.metrics, "probes": t.probes, "flags": t.flags, "manifest": t.manifest,
-        "started": t.started, "ended": t.ended,
+        "started": t.started, "ended": t.ended, "traceback": t.traceback,
     } for t in store.trials(run.id)]
     status = {"running": "partial"}.get(run.status, run.status)
-    return {"run_id": run.id, "study": run.study, "status": status, "source": run.source,
-            "spec": run.spec, "options": run.options, "environment": run.environment, "extra": run.extra,
-            "trials": trials, "findings": {}}
+    doc: dict[str, Any] = {"run_id": run.id, "study": run.study, "status": status, "source": run.source,
+           "spec": run.spec, "options": run.options, "environment": run.environment, "extra": run.extra,
+           "trials": trials, "findings": {}}
+    if analysis_of(run) == REPRODUCE:
+        doc["children"] = _children(store, run)
+        kids = [c["doc"]["trials"] for c in doc["children"].values()]
+        failed = sum(t["status"] != "ok" for ts in kids for t in ts)
+        total = sum(len(ts) for ts in kids)
+        doc["trial_counts"] = {"total": total, "ok": total - failed, "failed": failed}
+    return doc
 
 
-def analysed(store: Store, run: RunRecord) -> tuple[dict[str, Any], list[str], list[Section]]:
-    """(document with findings, headline lines, report sections)."""
+def analysis_of(run: RunRecord) -> str:
+    return str((run.spec.get("study") or {}).get("analysis", "generic"))
+
+
+def default_report_path(run_id: str) -> Path:
+    return paths.reports_dir() / run_id / "report.html"
+
+
+def _children(store: Store, run: RunRecord) -> dict[str, Any]:
+    """A reproduction's studies, each with its analysed document (what its claims are read from)."""
+    out: dict[str, Any] = {}
+    for name, run_id in (run.extra.get("children") or {}).items():
+        rec = store.resolve(run_id)
+        doc, _, _ = analysed(store, rec)
+        ok = sum(t["status"] == "ok" for t in doc["trials"])
+        out[name] = {"run_id": rec.id, "status": doc["status"], "trials_ok": f"{ok}/{len(doc['trials'])}",
+                     "report": str(default_report_path(rec.id)), "doc": doc}
+    return out
+
+
+def analysed(store: Store, run: RunRecord, report_dir: Path | None = None
+             ) -> tuple[dict[str, Any], list[str], list[Section]]:
+    """(document with findings, headline lines, report sections). `report_dir`: where the HTML goes,
+    so links to other reports can be relative."""
     doc = results_document(store, run)
-    analysis = (run.spec.get("study") or {}).get("analysis", "generic")
+    if report_dir is not None:
+        doc["report_dir"] = str(report_dir)
+    return analyse_document(doc)
+
+
+def analyse_document(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[Section]]:
+    """The study's findings and sections, plus what every study gets: the declarations of the
+    metrics it holds (unit, direction) and a Repetitions section (n, failures, stop reason).
+    A reproduction has no trials of its own: its findings come from its children."""
+    analysis = (doc.get("spec", {}).get("study") or {}).get("analysis", "generic")
     module = builtin.analysis_module(analysis)
-    doc["findings"] = module.analyze(doc) if doc["trials"] else {}
-    summary, sections = module.present(doc, doc["findings"]) if doc["trials"] else (["no trials ran"], [])
-    return doc, summary, sections
+    try:
+        if doc.get("children") is not None:
+            doc["findings"] = module.analyze(doc)
+            summary, sections = module.present(doc, doc["findings"])
+            return doc, summary, sections
+        if not doc["trials"]:
+            doc["findings"] = {}
+            return doc, ["no trials ran"], []
+        doc["findings"] = module.analyze(doc)
+        records = repetitions.configurations(doc)
+        doc["findings"]["repetitions"] = records
+        doc["findings"]["metric_declarations"] = declarations(doc)
+        summary, sections = module.present(doc, doc["findings"])
+        return doc, summary, [*sections, repetitions.section(records)]
+    finally:
+        doc.pop("children", None)   # the findings summarise them; each child has its own document
+        doc.pop("report_dir", None)
+
+
+def write_html(store: Store, run: RunRecord, output: Path | None = None
+               ) -> tuple[Path, dict[str, Any], list[str]]:
+    """Write a run's HTML report (default place: the reports dir); returns (path, document, summary)."""
+    path = output or default_report_path(run.id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc, summary, sections = analysed(store, run, path.parent)
+    path.write_text(render(doc, sections, summary, "html"))
+    return path, doc, summary

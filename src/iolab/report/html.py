@@ -14,9 +14,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from iolab import __version__
 from iolab.report.charts import chart_svg
-from iolab.report.model import Chart, Note, Section, Table
-from iolab.report.render import (
+from iolab.report.format import (
     failure_groups,
     fmt_cell,
     fmt_num,
@@ -29,9 +29,11 @@ from iolab.report.render import (
     run_date,
     trial_counts,
 )
+from iolab.report.model import Chart, Link, Note, Section, Table, Tag
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 MAX_TRIAL_METRICS = 8  # the appendix stays readable; the CSV has every metric
+PROSE_CHARS = 32       # a text cell longer than this is a sentence: it wraps
 
 
 def render_html(doc: dict[str, Any], sections: list[Section], summary: list[str]) -> str:
@@ -155,6 +157,10 @@ def _table_view(table: Table, uid: str) -> dict[str, Any]:
                     "marker": marker,
                     "note": note,
                     "missing": value is None,
+                    "href": value.href if isinstance(value, Link) else None,
+                    "tone": value.tone if isinstance(value, Tag) else None,
+                    # sentences (a reason, a claim) wrap instead of pushing the table off the page
+                    "prose": isinstance(value, str) and len(value) > PROSE_CHARS,
                 }
             )
         rows.append(cells)
@@ -228,9 +234,4 @@ def _env_rows(env: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
 
 
 def _iolab_version() -> str:
-    try:
-        from iolab import __version__
-
-        return str(__version__)
-    except ImportError:
-        return ""
+    return str(__version__)

@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from iolab.report.model import Chart, Note, Section, Series, Table
-from iolab.report.render import (
+from iolab.report.format import (
     failure_groups,
     fmt_cell,
     fmt_ci,
@@ -25,6 +24,7 @@ from iolab.report.render import (
     run_date,
     trial_counts,
 )
+from iolab.report.model import Chart, Link, Note, Section, Series, Table
 
 MAX_TRIAL_METRICS = 8
 
@@ -65,7 +65,8 @@ def _summary(doc: dict[str, Any], summary: list[str]) -> str:
     if counts["failed"] or doc.get("status") not in (None, "complete"):
         lines += ["", f"> ⚠ **Run {doc.get('status')}: {counts['failed']} of {counts['total']} trials failed.**"]
         for g in failure_groups(doc.get("trials") or []):
-            who = f"`{g['ids'][0]}` ({esc(g['where'])})" if g["count"] == 1 else f"{g['count']} trials (`{g['ids'][0]}`, …)"
+            first = g["ids"][0]
+            who = f"`{first}` ({esc(g['where'])})" if g["count"] == 1 else f"{g['count']} trials (`{first}`, …)"
             lines.append(f"> - {who}: {esc(g['error'])}")
     return "\n".join(lines)
 
@@ -99,6 +100,8 @@ def table_md(table: Table) -> str:
         cells = []
         for c, value in enumerate(row):
             text = esc(fmt_cell(value))
+            if isinstance(value, Link):
+                text = f"[{text}]({value.href})"
             note = _cell_note(table, r, c)
             if note:
                 text += f" [{footnotes.setdefault(note, len(footnotes) + 1)}]"

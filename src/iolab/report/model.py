@@ -6,8 +6,11 @@ Markdown) decides how. Keeps analysis pure and renderers swappable.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+Tone = Literal["good", "bad", "warn", "neutral"]
 
 
 @dataclass
@@ -16,6 +19,23 @@ class Note:
 
     text: str
     level: Literal["info", "warn"] = "info"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A table cell that points elsewhere (e.g. a study's own report): text plus a relative href."""
+
+    text: str
+    href: str
+
+
+@dataclass(frozen=True)
+class Tag:
+    """A verdict-like table cell shown as a coloured label in HTML (plain text elsewhere).
+    tone: good (holds, improvement), bad (differs, regression), warn, neutral."""
+
+    text: str
+    tone: Tone = "neutral"
 
 
 @dataclass
@@ -31,7 +51,7 @@ class Table:
 @dataclass
 class Series:
     name: str
-    x: list[float | str]
+    x: Sequence[float | str]  # Sequence: a list[str] or list[float] is one too
     y: list[float | None]
     lo: list[float | None] | None = None  # lower CI bound per point
     hi: list[float | None] | None = None  # upper CI bound per point
@@ -53,7 +73,7 @@ class Chart:
 @dataclass
 class Section:
     title: str
-    blocks: list[Note | Table | Chart]
+    blocks: Sequence[Note | Table | Chart]  # Sequence: a list[Note] is one too
     intro: str = ""
     # "grid": charts and tables side by side (two columns on a wide page), e.g. the four parts of vm-profile
     layout: Literal["stack", "grid"] = "stack"

@@ -1,0 +1,123 @@
+"""Figures of iolab's benchmarks, held to the standard of iolab's own results: every number
+with its 95 % CI and its n, repeated until the CI is as narrow as asked (or saying it could
+not, with the width reached).
+
+Ratios are averaged on the log scale (the geometric mean of per-pair ratios, with the
+t-interval of the mean log ratio transformed back): a ratio and its inverse then get the
+same treatment, and one pair at 0.5 does not count less than one at 2.0.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from iolab.analysis.stats import Estimate, mean_ci
+
+MIN_N = 5
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP end a benchmark like Ctrl-C: its `finally` detaches the loop device and
+    removes the scratch directories (a plain SIGTERM would skip them and leave both behind)."""
+    def _stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return sum(vals) - idle, sum(vals)
+
+
+class Busy:
+    """Share of the machine's CPU time that was busy between start() and stop() (all processes)."""
+
+    def __init__(self) -> None:
+        self.shares: list[float] = []
+        self._t0 = (0, 0)
+
+    def start(self) -> None:
+        self._t0 = cpu_times()
+
+    def stop(self) -> float:
+        busy, total = (a - b for a, b in zip(cpu_times(), self._t0))
+        share = busy / total if total > 0 else 0.0
+        self.shares.append(share)
+        return share
+
+    def mean(self) -> float:
+        return sum(self.shares) / len(self.shares) if self.shares else float("nan")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A benchmark figure: value, 95 % CI, n, and whether the CI reached the asked width."""
+
+    name: str
+    value: float
+    lo: float
+    hi: float
+    n: int
+    unit: str = ""
+    target: float | None = None  # asked relative half-width (0.02 = ±2 %)
+
+    @property
+    def rel_half_width(self) -> float:
+        return (self.hi - self.lo) / 2 / abs(self.value) if self.value else math.inf
+
+    @property
+    def reached(self) -> bool:
+        return self.target is None or self.rel_half_width <= self.target
+
+    def line(self, label: str = "") -> str:
+        """e.g. 'overhead ratio=0.995 [0.985, 1.004] n=12 (I/O path)'."""
+        unit = f" {self.unit}" if self.unit else ""
+        note = f" ({label})" if label else ""
+        return f"{self.name}={_fmt(self.value)} [{_fmt(self.lo)}, {_fmt(self.hi)}]{unit} n={self.n}{note}"
+
+    def verdict(self, why: str = "") -> str:
+        """Whether the asked width was reached; `why` (e.g. the machine's load) when not."""
+        if self.target is None:
+            return ""
+        got = f"±{self.rel_half_width:.1%}"
+        if self.reached:
+            return f"95% CI within ±{self.target:.0%} ({got})"
+        return f"could not reach ±{self.target:.0%}: the 95% CI is {got} after n={self.n}" + (f" ({why})" if why else "")
+
+
+def _fmt(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.3f}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def ratio_figure(name: str, ratios: Sequence[float], target: float | None = None) -> Figure:
+    """Geometric mean of the per-pair ratios with the back-transformed t-interval of their logs."""
+    est = mean_ci([math.log(r) for r in ratios if r > 0])
+    return Figure(name, math.exp(est.mean), math.exp(est.lo), math.exp(est.hi), est.n, "", target)
+
+
+def mean_figure(name: str, values: Sequence[float], unit: str = "", target: float | None = None) -> Figure:
+    est: Estimate = mean_ci(values)
+    return Figure(name, est.mean, est.lo, est.hi, est.n, unit, target)
+
+
+def until_narrow(step: Callable[[int], None], figure: Callable[[], Figure], *, min_n: int = MIN_N,
+                 max_n: int, budget_s: float) -> Figure:
+    """Call step(i) until figure() reaches its target width, at least min_n and at most max_n
+    times, or until budget_s seconds have passed; returns the last figure."""
+    t0 = time.monotonic()
+    for i in range(max_n):
+        step(i)
+        if i + 1 >= min_n:
+            f = figure()
+            if f.reached or time.monotonic() - t0 > budget_s:
+                return f
+    return figure()

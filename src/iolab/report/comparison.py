@@ -1,0 +1,71 @@
+"""The comparison of two runs (analysis/compare.py) as report blocks and as terminal text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iolab.report.format import fmt_cell, fmt_num
+from iolab.report.model import Note, Section, Table
+
+
+def ratio_text(row: dict[str, Any]) -> str:
+    if row["ratio"] is None:
+        return "—"
+    lo, hi = row["ratio_ci95"]
+    return f"{row['ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def p_text(row: dict[str, Any]) -> str:
+    return "—" if row["p_holm"] is None else f"{row['p_holm']:.2g}"
+
+
+def headline(result: dict[str, Any]) -> str:
+    counts = ", ".join(f"{n} {v}" for v, n in result["counts"].items() if n)
+    return (f"{len(result['rows'])} comparison(s) of {result['run_b']} against {result['run_a']}: {counts or 'none'} "
+            f"(Welch on log values, Holm over all rows, threshold ±{result['threshold']:.0%})")
+
+
+def estimate_text(e: dict[str, Any]) -> str:
+    """'123 ± 4 (n=3)'; an estimate without a mean (no finite value) as '— (n=0)'."""
+    value = fmt_cell(e) if e.get("mean") is not None else "—"
+    return f"{value} (n={e.get('n', 0)})"
+
+
+def table_rows(result: dict[str, Any]) -> list[list[str]]:
+    """configuration, metric (unit), A, B, B/A [95% CI], p (Holm), verdict: the shared text columns."""
+    return [[r["config"], f"{r['metric']} ({r['unit']})", estimate_text(r["a"]), estimate_text(r["b"]),
+             ratio_text(r), p_text(r), r["verdict"]] for r in result["rows"]]
+
+
+HEADERS = ["configuration", "metric", "A", "B", "B/A [95% CI]", "p (Holm)", "verdict"]
+
+
+def section(result: dict[str, Any]) -> Section:
+    """The report's 'Comparison' section: warnings first, then every row with its reason."""
+    notes = [Note(f"Not like-for-like: {w}", "warn") for w in result["warnings"]]
+    if result["only_a"]:
+        notes.append(Note(f"Only in A ({result['run_a']}): " + "; ".join(result["only_a"]), "warn"))
+    if result["only_b"]:
+        notes.append(Note(f"Only in B ({result['run_b']}): " + "; ".join(result["only_b"]), "warn"))
+    if result["skipped_metrics"]:
+        notes.append(Note("Not compared (no better direction declared): " + ", ".join(result["skipped_metrics"])))
+    rows = table_rows(result)
+    # the reason of every verdict but a plain 'no difference' rides on its cell as a footnote
+    cell_notes = [[None] * (len(HEADERS) - 1) + [r["reason"] if r["verdict"] != "no difference" else None]
+                  for r in result["rows"]]
+    intro = (headline(result) + ". p (Holm) is the p-value of a change beyond the threshold, adjusted over every "
+             "row; a verdict other than 'no difference' needs it below 0.05, i.e. significance after Holm's "
+             "correction AND a change beyond the threshold; the metric's declared direction decides improvement "
+             "or regression.")
+    return Section("Comparison", [Table(f"B = {result['run_b']} against A = {result['run_a']}", HEADERS, rows,
+                                        notes=notes, cell_notes=cell_notes)], intro=intro)
+
+
+def text_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Plain aligned columns: never truncated or wrapped by a terminal library, so ids and
+    numbers can be copied from a pipe as well as from a terminal of any width."""
+    cells = [[str(h) for h in headers]] + [[c if isinstance(c, str) else fmt_num(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

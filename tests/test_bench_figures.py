@@ -1,0 +1,63 @@
+"""bench/figures.py: every benchmark figure carries its CI and n, and is repeated until the CI is
+as narrow as asked, or says it could not."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+_spec = importlib.util.spec_from_file_location("bench_figures", BENCH / "figures.py")
+assert _spec and _spec.loader
+figures = importlib.util.module_from_spec(_spec)
+sys.modules["bench_figures"] = figures
+_spec.loader.exec_module(figures)
+
+
+def test_ratio_is_a_geometric_mean_with_a_back_transformed_interval() -> None:
+    f = figures.ratio_figure("overhead ratio", [0.5, 2.0, 1.0, 1.0, 1.0])
+    assert f.value == pytest.approx(1.0) and f.n == 5
+    assert f.lo < 1.0 < f.hi and f.lo * f.hi == pytest.approx(1.0)  # symmetric on the log scale
+    assert f.line("I/O path").startswith("overhead ratio=1.000 [") and f.line("I/O path").endswith("n=5 (I/O path)")
+
+
+def test_reached_and_the_verdict_say_the_width() -> None:
+    tight = figures.ratio_figure("r", [0.99, 1.0, 1.01, 1.0, 0.995], target=0.02)
+    assert tight.reached and tight.verdict().startswith("95% CI within ±2%")
+    wide = figures.ratio_figure("r", [0.5, 1.5, 0.8, 1.2, 1.0], target=0.02)
+    assert not wide.reached
+    v = wide.verdict("machine busy")
+    assert v.startswith("could not reach ±2%: the 95% CI is ±") and "after n=5 (machine busy)" in v
+    m = figures.mean_figure("vm-boot seconds", [4.0, 4.2, 4.1], "s")
+    assert m.line() == f"vm-boot seconds=4.100 [{m.lo:.3f}, {m.hi:.3f}] s n=3"
+
+
+def test_until_narrow_stops_when_narrow_and_not_before_the_minimum() -> None:
+    vals: list[float] = []
+    rng = random.Random(1)
+    f = figures.until_narrow(lambda i: vals.append(1.0 + rng.gauss(0, 0.001)),
+                             lambda: figures.ratio_figure("r", vals, 0.02), max_n=40, budget_s=60)
+    assert f.n == figures.MIN_N == len(vals) and f.reached
+    noisy: list[float] = []
+    f = figures.until_narrow(lambda i: noisy.append(math.exp(rng.gauss(0, 0.3))),
+                             lambda: figures.ratio_figure("r", noisy, 0.02), max_n=12, budget_s=60)
+    assert f.n == 12 and not f.reached  # gave up at the maximum, and says so
+    slow: list[float] = []
+    f = figures.until_narrow(lambda i: slow.append(math.exp(rng.gauss(0, 0.3))),
+                             lambda: figures.ratio_figure("r", slow, 0.02), max_n=40, budget_s=0)
+    assert f.n == figures.MIN_N  # the time budget ends it after the minimum
+
+
+def test_busy_measures_the_machine() -> None:
+    b = figures.Busy()
+    b.start()
+    x = 0
+    for i in range(2_000_000):
+        x += i
+    share = b.stop()
+    assert 0.0 < share <= 1.0 and b.mean() == share
