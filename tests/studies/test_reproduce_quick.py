@@ -5,12 +5,14 @@ with working links to each study's full report. The study tests read the same ch
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from iolab.reproduce import claims
 from iolab.reproduce.plan import RUN_ORDER
 from tests.report.browser import open_report_in_browser
+from tests.statcheck import UndecidedWarning
 from tests.studies.conftest import Reproduced
 
 VERDICTS = {claims.HOLDS, claims.DIFFERS, claims.UNTESTABLE}
@@ -33,8 +35,24 @@ def test_reproduce_quick_page_has_every_claim_with_a_verdict_and_a_reason(reprod
         assert r["verdict"] in VERDICTS, (cid, r["verdict"])
         assert len(r["reason"]) > 20 and not r["reason"].startswith("could not evaluate"), (cid, r["reason"])
         assert r["run_id"] == reproduced.children[r["study"]], cid
-    # counts on this machine hold under TCG: R3's sync counts and R2's block-size effect are measured
-    assert rows["R2-block-size"]["verdict"] != claims.UNTESTABLE, rows["R2-block-size"]
+    # R2's block-size effect is measured on the host (no guest): its verdict must follow the rule
+    # on the interval this machine measured, and the effect must show in the direction the paper says
+    _check_block_size_verdict(rows["R2-block-size"])
+
+
+def _check_block_size_verdict(row: dict) -> None:
+    """holds iff the CI of (512 B time / 4 KiB time) lies at or above 3x, differs iff below, and
+    "too noisy to decide" only when the CI straddles 3x (a busy machine: warned, never failed)."""
+    est = row["estimate"]
+    assert est and est["n"] >= 2, row
+    mean, (lo, hi) = est["mean"], est["ci95"]
+    assert mean > 1, f"4 KiB O_SYNC writes must be faster than 512 B for the same data: {row}"
+    expected = (claims.HOLDS if lo is not None and lo >= 3 else
+                claims.DIFFERS if hi is not None and hi < 3 else claims.UNTESTABLE)  # None: no finite bound
+    assert row["verdict"] == expected, (expected, row)
+    if expected == claims.UNTESTABLE:
+        assert row["reason"].startswith("too noisy to decide"), row
+        warnings.warn(UndecidedWarning(f"R2 block size: {row['value']} straddles 3x on this machine"))
 
 
 def test_reproduce_page_renders_offline_with_links_to_each_study(reproduced: Reproduced) -> None:
