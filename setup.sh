@@ -18,7 +18,7 @@ APT_PACKAGES=(
   kmod cpio           # assembling the guest initramfs
   e2fsprogs util-linux   # mkfs.ext4, losetup, blkid on scratch devices
   gcc libc6-dev       # iolab's native helpers (write-mode program, guest agent)
-  strace              # counting QEMU's host syscalls (sync-amplification)
+  strace              # counting QEMU's host syscalls (sync-amplification); the varmail tests read the helper's calls
   sysbench iperf3     # CPU and network workloads (vm-profile)
   rocksdb-tools       # db_bench: the real application beside cgroups (cgroup-weights)
   chromium            # the test suite opens the HTML report in a real headless browser

@@ -49,6 +49,7 @@ WORKLOAD_RUNS: list[tuple[str, dict[str, Any]]] = [
     ("sysbench-cpu", {"threads": 1, "time": 1}),
     ("stream", {"array_mib": 4, "ntimes": 2}),
     ("iperf3", {"direction": "guest_to_host", "time": 1, "omit": 0}),
+    ("varmail", {"iterations": 20, "nthreads": 2, "nfiles": 50, "iosize": "64k"}),
 ]
 # run through `iolab run` below (they need a cgroups target)
 GROUP_KINDS = {"fio-groups"}
@@ -102,6 +103,9 @@ def test_fixed_work_rates_average_harmonically() -> None:
     assert jf.metric_set({"job_text": "[a]\ntime_based=0\n"}).get("iops").aggregate == "harmonic"
     for kind, name in (("iozone", "kbps"), ("writemode", "throughput_mib_s"), ("sync-writes", "write_iops")):
         assert registry.workload_class(kind).metric_set({"kind": kind}).get(name).aggregate == "harmonic", kind
+    varmail = registry.workload_class("varmail")
+    assert varmail.metric_set({"kind": "varmail", "duration": 60.0}).get("ops_per_s").aggregate == "mean"
+    assert varmail.metric_set({"kind": "varmail", "iterations": 100}).get("mb_per_s").aggregate == "harmonic"
 
 
 @needs_root

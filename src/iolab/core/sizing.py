@@ -215,6 +215,46 @@ def space_problem(size: int, free: int, directory: str) -> str | None:
             f"{mib(SCRATCH_HEADROOM)} kept free beside it); set IOLAB_SCRATCH to a larger directory")
 
 
+# ------------------------------------------------------------------------------ file sets
+
+# A Filebench-style file set (varmail) of N entries never holds more than N files. Its bytes
+# start near N x prealloc x mean size; every iteration then deletes a file and appends two
+# random sizes, so the mean file size relaxes towards 2 x the mean append (total S with F
+# files: dS = 2a - S/F per iteration, settling at S = 2aF). Each file may also hold one
+# partly used block. The headroom covers the spread of the random sizes and the file count
+# rising to N when deletes are skipped.
+FILESET_BLOCK = 4096
+FILESET_HEADROOM = 1.25
+# mkfs.ext4 (iolab's options) leaves this share of a device free for files, measured from
+# 16 MiB to 4 GiB (0.81 below 512 MiB, where it uses 1 KiB blocks; 0.90 above), and one
+# inode per 4 KiB (below 512 MiB) or 16 KiB of the device.
+EXT4_USABLE = 0.80
+EXT4_SMALL = 512 * MiB
+
+
+def fileset_bytes(nfiles: int, mean_file: float, mean_append: float) -> int:
+    """Bytes a varmail file set of `nfiles` entries may take on disk during a run of any length."""
+    per_file = max(mean_file, 2 * mean_append) + FILESET_BLOCK
+    return math.ceil(nfiles * per_file * FILESET_HEADROOM)
+
+
+def ext4_capacity(device_bytes: int) -> tuple[int, int]:
+    """(bytes free for files, inodes) of a fresh ext4 made by iolab on a device of this size."""
+    per_inode = 4096 if device_bytes < EXT4_SMALL else 16384
+    return int(EXT4_USABLE * device_bytes), device_bytes // per_inode
+
+
+def fileset_problem(nfiles: int, need: int, free: int, inodes: int | None, where: str) -> str | None:
+    """None if a file set of `nfiles` files needing `need` bytes fits in `free` bytes (and `inodes`,
+    if known) of `where`, else why not."""
+    if need > free:
+        return (f"the file set of {nfiles} files may take {mib(need)} (docs/workloads-varmail.md#sizing), "
+                f"{where} has about {mib(free)} free")
+    if inodes is not None and nfiles + 2 > inodes:
+        return f"the file set needs {nfiles} files, {where} has about {inodes} inodes"
+    return None
+
+
 # ------------------------------------------------------------------------------ reading facts
 
 def read_llc(cache_dir: Path | None = None) -> Llc:

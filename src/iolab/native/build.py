@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 # suite compiles with -Werror to keep the sources warning-free.
 CFLAGS: tuple[str, ...] = ("-O2", "-Wall", "-Wextra", "-std=gnu11")
 STRICT_CFLAGS: tuple[str, ...] = CFLAGS + ("-Werror",)
+# What a helper needs beyond libc, by name: varmail runs threads and draws gamma-distributed
+# file sizes (log, sqrt). Part of the binary's name (digest) like CFLAGS.
+LINK_FLAGS: dict[str, tuple[str, ...]] = {"iolab_varmail": ("-pthread", "-lm")}
 
 
 def available() -> list[str]:
@@ -74,7 +77,7 @@ def compile_helper(name: str, out: Path, flags: tuple[str, ...] = CFLAGS) -> Pat
         src = Path(tmp) / f"{name}.c"
         src.write_bytes(source)
         tmp_out = Path(tmp) / name
-        proc = subprocess.run([cc, *flags, "-o", str(tmp_out), str(src)],
+        proc = subprocess.run([cc, *flags, "-o", str(tmp_out), str(src), *LINK_FLAGS.get(name, ())],
                               capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise IolabError(f"building native helper {name} failed:\n"
@@ -92,7 +95,7 @@ def _remove_stale(name: str, keep: Path) -> None:
 
 def helper_path(name: str) -> Path:
     """Path of the up-to-date binary of helper `name`, compiling it if missing or outdated."""
-    out = binary_dir() / f"{name}-{_digest(source_text(name), CFLAGS)}"
+    out = binary_dir() / f"{name}-{_digest(source_text(name), CFLAGS + LINK_FLAGS.get(name, ()))}"
     if out.is_file() and os.access(out, os.X_OK):
         return out
     compile_helper(name, out)

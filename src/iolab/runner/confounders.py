@@ -16,7 +16,7 @@ def detect(workload: dict[str, Any], metrics: dict[str, float], probes: dict[str
     if read_bytes > (8 << 20) and disk and "guest_disk" not in probes:
         seen = disk.get("read_bytes", 0)
         if seen < 0.5 * read_bytes:
-            flags.append(f"reads_hit_page_cache: the device saw {seen / read_bytes:.0%} of the bytes fio read")
+            flags.append(f"reads_hit_page_cache: the device saw {seen / read_bytes:.0%} of the bytes the workload read")
     written = metrics.get("write_bytes", 0.0)
     if workload.get("direct") and written > (8 << 20) and cache.get("cached_delta_bytes", 0) > 0.5 * written:
         flags.append("mode_not_effective: direct I/O grew the page cache by "
