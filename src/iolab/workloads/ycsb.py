@@ -97,11 +97,12 @@ METRICS: tuple[Metric, ...] = (
 
 
 class YcsbParams(WorkloadParams):
-    """A standard workload (a-f) whose values any key below may override; the five proportions
-    of the result must sum to 1 (YCSB would silently rescale them)."""
+    """One of YCSB's core workloads (a-f), whose values any key below may override; the five
+    proportions of the result must sum to 1 (YCSB would silently rescale them)."""
 
     kind: Literal["ycsb"] = "ycsb"
-    workload: Literal["a", "b", "c", "d", "e", "f"] = Field("a", description="YCSB's workloads/workload<x>")
+    # not `workload`: a spec's named [[workloads]] already label their configurations so
+    core_workload: Literal["a", "b", "c", "d", "e", "f"] = Field("a", description="YCSB's workloads/workload<x>")
     readproportion: float | None = Field(None, ge=0, le=1)
     updateproportion: float | None = Field(None, ge=0, le=1)
     insertproportion: float | None = Field(None, ge=0, le=1)
@@ -122,7 +123,7 @@ class YcsbParams(WorkloadParams):
     compression: Literal["none", "snappy", "lz4", "zstd"] = "none"
     heap: int = Field(1 << 30, description="the JVM's fixed heap (-Xms = -Xmx), bytes or '1G'")
 
-    @field_validator("workload", mode="before")
+    @field_validator("core_workload", mode="before")
     @classmethod
     def _letter(cls, v: Any) -> Any:
         return v.lower() if isinstance(v, str) and len(v) == 1 else v
@@ -150,8 +151,8 @@ class YcsbParams(WorkloadParams):
         mix = self.mix()
         total = sum(mix.values())
         if not math.isclose(total, 1.0, abs_tol=1e-9):
-            shown = ", ".join(f"{k} {v:g}" + ("" if getattr(self, k) is not None else f" (workload {self.workload})")
-                              for k, v in mix.items() if v)
+            std = f" (core workload {self.core_workload})"
+            shown = ", ".join(f"{k} {v:g}" + ("" if getattr(self, k) is not None else std) for k, v in mix.items() if v)
             raise ValueError(f"the operation proportions must sum to 1, these sum to {total:g}: {shown or 'all 0'}")
         if self.fieldlength > (16 << 20):
             raise ValueError(f"fieldlength must be at most 16M, got {format_size(self.fieldlength)}")
@@ -170,14 +171,14 @@ class YcsbParams(WorkloadParams):
 
     def mix(self) -> dict[str, float]:
         """The five proportions as they will run: the standard workload's, overridden by the keys given."""
-        std = STANDARD[self.workload]
+        std = STANDARD[self.core_workload]
         return {k: float(getattr(self, k) if getattr(self, k) is not None else std.get(k, 0.0)) for k in PROPORTIONS}
 
     def distribution(self) -> str:
-        return self.requestdistribution or str(STANDARD[self.workload]["requestdistribution"])
+        return self.requestdistribution or str(STANDARD[self.core_workload]["requestdistribution"])
 
     def scan_length(self) -> int:
-        return self.maxscanlength or int(STANDARD[self.workload].get("maxscanlength", DEFAULT_MAXSCANLENGTH))
+        return self.maxscanlength or int(STANDARD[self.core_workload].get("maxscanlength", DEFAULT_MAXSCANLENGTH))
 
     def record_bytes(self) -> int:
         return self.fieldcount * self.fieldlength
@@ -190,6 +191,12 @@ class YcsbWorkload(Workload):
     metrics: ClassVar[tuple[Metric, ...]] = METRICS
     params: YcsbParams
 
+    def __init__(self, params: WorkloadParams):
+        super().__init__(params)
+        # the runner builds every workload before it creates anything: a machine without java
+        # or without the built jars is told so then (also by --dry-run), not once per trial
+        ycsb_build.installed()
+
     @classmethod
     def metric_set(cls, workload: dict[str, Any]) -> MetricSet:
         """A run phase of operationcount operations is fixed work: its rate averages harmonically."""
@@ -201,8 +208,8 @@ class YcsbWorkload(Workload):
         """A filesystem on the host, large enough for the records themselves."""
         kind = target.get("kind")
         if kind not in ("host", "loop", "cgroups") or (kind != "host" and target.get("filesystem") != "ext4"):
-            raise ValueError(f"{HOST_ONLY} (this target: kind = {kind!r}"
-                             + (f", filesystem = {target.get('filesystem')!r})" if kind != "host" else ")"))
+            fs = f", filesystem = {target.get('filesystem')!r}" if kind in ("loop", "cgroups") else ""
+            raise ValueError(f"{HOST_ONLY} (this target: kind = {kind!r}{fs})")
         size = target.get("size") if kind == "loop" else None
         if kind == "cgroups" and not target.get("device"):  # its scratch image also holds the load's data file
             size = int(target.get("size", 0)) - int(target.get("data_size", 0))
@@ -289,7 +296,7 @@ class YcsbWorkload(Workload):
         p = self.params
         mix = ", ".join(f"{k.removesuffix('proportion')} {v:g}" for k, v in p.mix().items() if v)
         run = f"{p.maxexecutiontime} s" if p.maxexecutiontime else f"{p.operationcount or 1000} operations"
-        return [f"workload ycsb: YCSB 0.17.0 workload {p.workload} ({mix}; {p.distribution()}) on RocksDB, "
+        return [f"workload ycsb: YCSB 0.17.0 core workload {p.core_workload} ({mix}; {p.distribution()}) on RocksDB, "
                 f"{p.recordcount} records of {p.fieldcount} x {format_size(p.fieldlength)}, run {run}, "
                 f"{p.threads} thread(s); a fresh database every trial"]
 
