@@ -171,6 +171,39 @@ def test_binding_semantics_through_ycsbs_command_line(ycsb_ready: ycsb_build.Ycs
         dump.stdout + dump.stderr  # k1 alone; its fields sorted by name, each length-prefixed, big-endian
 
 
+@needs_java
+def test_binding_compiles_warning_free(ycsb_ready: ycsb_build.YcsbBuild, tmp_path: Path) -> None:
+    source = Path(ycsb_build.__file__).parent / "ycsb" / "IolabRocksDbClient.java"  # the package's own copy
+    jars = [p for p in ycsb_ready.classpath if "/lib/" in p]
+    ycsb_build.compile_binding(source, jars, tmp_path / "classes", ycsb_build.STRICT_JAVAC_FLAGS)
+    assert (tmp_path / "classes" / "iolab" / "ycsb" / "IolabRocksDbClient.class").is_file()
+
+
+@needs_java
+def test_a_finished_build_is_reused_and_an_incomplete_one_named(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IOLAB_CACHE", str(tmp_path))
+    d = ycsb_build.build_dir()
+    assert d.parent == tmp_path / "ycsb" and d.name == f"build-{ycsb_build.digest()}"
+    (d / "lib").mkdir(parents=True)
+    jars = [d / "iolab-ycsb.jar", d / "lib" / "core-0.17.0.jar"]
+    for j in jars:
+        j.write_bytes(b"")
+    (d / "classpath").write_text("\n".join(map(str, jars)))
+    (d / "build.json").write_text('{"digest": "x"}')
+
+    def no_build(tmp: Path) -> None:
+        raise AssertionError("a finished build must not be built again")
+
+    monkeypatch.setattr(ycsb_build, "_build_into", no_build)
+    assert ycsb_build.build().classpath == tuple(map(str, jars))
+    jars[1].unlink()
+    with pytest.raises(CapabilityMissing, match="incomplete.*core-0.17.0.jar missing"):
+        ycsb_build.installed()
+    monkeypatch.setattr(ycsb_build, "_source", lambda name: b"changed " + name.encode())
+    assert ycsb_build.build_dir() != d  # another source, another build
+
+
 # --- parser and judge on captured output ---------------------------------------------------
 
 def test_parser_gives_exactly_what_ycsb_printed() -> None:
