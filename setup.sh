@@ -21,6 +21,8 @@ APT_PACKAGES=(
   strace              # counting QEMU's host syscalls (sync-amplification); the varmail tests read the helper's calls
   sysbench iperf3     # CPU and network workloads (vm-profile)
   rocksdb-tools       # db_bench: the real application beside cgroups (cgroup-weights)
+  default-jdk-headless   # java runs YCSB's client (the ycsb workload); javac builds iolab's RocksDB binding
+  maven               # fetches the pinned YCSB core and rocksdbjni jars from Maven Central, once (native/ycsb/pom.xml)
   chromium            # the test suite opens the HTML report in a real headless browser
   libpq5              # the PostgreSQL client library psycopg loads (a team results store, docs/store.md)
   postgresql          # a real server the store tests start in a temporary directory (never the system one)
@@ -61,6 +63,8 @@ install_python() {
   fi
   echo "== building native helpers"
   .venv/bin/python -c "from iolab.native import build_all; [print('  ', p) for p in build_all()]"
+  echo "== building the ycsb workload's jars (cached; the first time from Maven Central)"
+  .venv/bin/python -m iolab.native.ycsb_build
 }
 
 need_root

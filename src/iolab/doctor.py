@@ -58,7 +58,10 @@ TOOLS: dict[str, str] = {
     "sysbench": "vm-profile (CPU) and the memory cross-check",
     "iperf3": "vm-profile (network)", "strace": "sync-amplification's host syscall counts",
     "db_bench": "cgroup-weights' database tenant", "chromium": "checking HTML reports in the tests",
+    "java": "the ycsb workload, YCSB's Java client (./setup.sh install builds its jars)",
 }
+# Where a tool's name is not its Debian package's.
+INSTALL: dict[str, str] = {"db_bench": "rocksdb-tools", "java": "default-jdk-headless"}
 
 
 # ---------------------------------------------------------------------------- pure decisions
@@ -397,7 +400,7 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         memory_check(host),
         space_check(str(scratch), sizing.free_bytes(scratch)),
         llc_check(sizing.read_llc(), host),
-        *[tool_check(tool, shutil.which(tool), use) for tool, use in TOOLS.items()],
+        *[tool_check(tool, shutil.which(tool), use, install=INSTALL.get(tool)) for tool, use in TOOLS.items()],
         fio_server_check(*fleet_serve.security_line(fleet_serve.running_servers())),
         _store(*(store or (str(paths.default_db()), "results database"))),
     ]

@@ -21,8 +21,10 @@ import pytest
 
 from iolab.analysis.trials import declarations, numeric_keys
 from iolab.core import metrics, registry
+from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import HostExecutor
 from iolab.core.metrics import Metric, MetricSet
+from iolab.native import ycsb_build
 from iolab.probes import registry as probe_registry
 from iolab.probes.diskstats import parse_stat, stat_delta
 from iolab.probes.guest_blocktrace import count_rwbs
@@ -50,6 +52,10 @@ WORKLOAD_RUNS: list[tuple[str, dict[str, Any]]] = [
     ("stream", {"array_mib": 4, "ntimes": 2}),
     ("iperf3", {"direction": "guest_to_host", "time": 1, "omit": 0}),
     ("varmail", {"iterations": 20, "nthreads": 2, "nfiles": 50, "iosize": "64k"}),
+    # every per-operation family at once: read, update, insert, scan, read-modify-write, verify
+    ("ycsb", {"recordcount": 200, "operationcount": 400, "dataintegrity": True, "readproportion": 0.2,
+              "updateproportion": 0.2, "insertproportion": 0.2, "scanproportion": 0.2,
+              "readmodifywriteproportion": 0.2, "maxscanlength": 10, "heap": "128M"}),
 ]
 # run through `iolab run` below (they need a cgroups target)
 GROUP_KINDS = {"fio-groups"}
@@ -76,6 +82,11 @@ def test_workload_metrics_are_declared(kind: str, params: dict[str, Any], placem
         exe = {"sysbench-cpu": "sysbench", "iperf3": "iperf3"}.get(kind, "fio")
         if shutil.which(exe) is None:
             pytest.skip(f"{exe} not installed")
+    if kind == "ycsb":
+        try:
+            ycsb_build.installed()
+        except CapabilityMissing as exc:
+            pytest.skip(str(exc))
     cls = registry.workload_class(kind)
     p = cls.Params(kind=kind, **params)
     result = cls(p).run(placement, 120)

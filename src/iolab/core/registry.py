@@ -29,6 +29,7 @@ WORKLOADS: dict[str, str] = {
     "stream": "iolab.workloads.stream:StreamWorkload",
     "iperf3": "iolab.workloads.iperf3:Iperf3Workload",
     "varmail": "iolab.workloads.varmail:VarmailWorkload",
+    "ycsb": "iolab.workloads.ycsb:YcsbWorkload",
 }
 
 
