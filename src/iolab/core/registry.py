@@ -28,6 +28,7 @@ WORKLOADS: dict[str, str] = {
     "sysbench-cpu": "iolab.workloads.sysbench_cpu:SysbenchCpuWorkload",
     "stream": "iolab.workloads.stream:StreamWorkload",
     "iperf3": "iolab.workloads.iperf3:Iperf3Workload",
+    "qemu_img_bench": "iolab.workloads.qemu_img_bench:QemuImgBenchWorkload",
 }
 
 
