@@ -50,7 +50,7 @@ def _check_rates(t: dict[str, Any], raw: dict[str, Any]) -> None:
     """The rates are qemu-img's count over qemu-img's own time; the latency is derived from them."""
     w, m = t["params"]["_workload"], t["metrics"]
     count = w["count"]
-    assert m["requests"] == count, (t["id"], m)
+    assert m["requests"] == count and m[f"{w['rw']}_bytes"] == count * w["bs"], (t["id"], m)
     assert (f"Sending {count} {w['rw']} requests, {w['bs']} bytes each, {w['depth']} in parallel "
             f"(starting at offset 0, step size {w['bs']})") in raw["stdout"], raw["stdout"]
     assert f"Run completed in {m['seconds']:.3f} seconds." in raw["stdout"], (m["seconds"], raw["stdout"])
