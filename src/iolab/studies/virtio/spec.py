@@ -26,7 +26,7 @@ LAYER_TESTS = ["write", "read"]
 LAYER_CACHE, LAYER_AIO, LAYER_DEPTH = "none", "threads", 1
 # Bytes one layer trial moves, per record size: enough requests that qemu-img's millisecond
 # clock and the trial's set-up stay small next to the time measured.
-LAYER_BYTES_QUICK = {"4k": "16M", "4m": "64M"}
+LAYER_BYTES_QUICK = {"4k": "16M", "4m": "128M"}
 LAYER_BYTES = {"4k": "64M", "4m": "256M", "16m": "256M"}
 
 
@@ -42,7 +42,7 @@ def build(quick: bool) -> dict[str, Any]:
         "study": {"name": NAME, "analysis": NAME, "repetitions": 3, "max_repetitions": 3 if quick else 6,
                   "ci_target": 0.05, "description": SUMMARY},
         "targets": [{"name": HOST_TARGET, "kind": "loop", "size": "256M" if quick else "512M", "filesystem": "ext4"},
-                    {"name": DEVICE_TARGET, "kind": "loop", "size": "128M" if quick else "512M"}]
+                    {"name": DEVICE_TARGET, "kind": "loop", "size": "256M" if quick else "512M"}]
         + [dict(guest, name=bus, bus=bus) for bus in buses],
         "workloads": iozone_workloads(quick, [HOST_TARGET, *buses], file_size) + layer_workloads(quick),
     }
