@@ -21,10 +21,58 @@ from typing import Any
 
 import pytest
 
+from iolab.core.errors import TrialFailed
+from iolab.core.exec import ExecResult
+from iolab.workloads.qemu_img_bench import (
+    QemuImgBenchParams,
+    QemuImgBenchWorkload,
+    _check_asked,
+    flags_of,
+    metrics_of,
+    parse,
+)
 from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
-pytestmark = [needs_root, pytest.mark.skipif(shutil.which("qemu-img") is None, reason="needs qemu-img")]
+needs_qemu_img = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="needs qemu-img")
 MiB = 1 << 20
+# what qemu-img 7.2 prints for `qemu-img bench -c 300 -d 2 -s 4096 -S 4096 -o 0 -w ...`
+OUTPUT = ("Sending 300 write requests, 4096 bytes each, 2 in parallel (starting at offset 0, step size 4096)\n"
+          "Run completed in 0.250 seconds.\n")
+
+
+def _res(stdout: str = OUTPUT, rc: int = 0, stderr: str = "") -> ExecResult:
+    return ExecResult(argv=["qemu-img"], returncode=rc, stdout=stdout, stderr=stderr, wall_s=0.3, cpu_user_s=0.01,
+                      cpu_sys_s=0.02)
+
+
+def test_the_command_line_is_the_one_asked_for() -> None:
+    p = QemuImgBenchParams(format="qcow2", rw="write", bs="4k", count=300, depth=2, flush_interval=4)
+    assert QemuImgBenchWorkload(p).bench_argv("/x/img.qcow2") == [
+        "qemu-img", "bench", "-f", "qcow2", "-t", "none", "-i", "threads", "-c", "300", "-d", "2", "-s", "4096",
+        "-S", "4096", "-o", "0", "-w", "--flush-interval=4", "/x/img.qcow2"]
+    assert QemuImgBenchParams(bs="64k", size="1M").requests == 16
+    assert QemuImgBenchParams(bs="64M").requests == 1, "the default amount never rounds down to no request"
+
+
+def test_rates_come_from_what_qemu_img_said() -> None:
+    p = QemuImgBenchParams(rw="write", bs="4k", count=300, depth=2)
+    raw = parse(_res(), 60)
+    _check_asked(raw, p)
+    m = metrics_of(raw, p.depth)
+    assert m == {"iops": 1200.0, "bw_mib_s": 1200 * 4096 / MiB, "lat_mean_us": pytest.approx(2 / 1200 * 1e6),
+                 "seconds": 0.25, "requests": 300.0, "write_bytes": 300 * 4096.0}
+    with pytest.raises(TrialFailed, match="requests 300 instead of 400"):
+        _check_asked(raw, QemuImgBenchParams(rw="write", bs="4k", count=400, depth=2))
+    with pytest.raises(TrialFailed, match="rw write instead of read"):
+        _check_asked(raw, QemuImgBenchParams(rw="read", bs="4k", count=300, depth=2))
+    with pytest.raises(TrialFailed, match="exited with status 1: .*Could not open"):
+        parse(_res("", 1, "qemu-img: Could not open 'x': No such file"), 60)
+    with pytest.raises(TrialFailed, match="printed no result"):
+        parse(_res("Sending 300 write requests\n"), 60)
+    with pytest.raises(TrialFailed, match="too short to time"):
+        metrics_of(parse(_res(OUTPUT.replace("0.250", "0.000")), 60), 2)
+    short = parse(_res(OUTPUT.replace("0.250", "0.020")), 60)
+    assert [f.split(":")[0] for f in flags_of(short, _res())] == ["short_run"]
 
 
 @pytest.fixture
@@ -60,6 +108,8 @@ def _check_rates(t: dict[str, Any], raw: dict[str, Any]) -> None:
     assert m["lat_mean_us"] == pytest.approx(w["depth"] / m["iops"] * 1e6, rel=1e-9)
 
 
+@needs_root
+@needs_qemu_img
 def test_images_in_a_user_directory_are_counted_and_removed(lab: Lab, user_dir: Path) -> None:
     spec = lab.spec(study_table("qib-dir", repetitions=2, max_repetitions=2) + f"""
 [target]
@@ -105,6 +155,8 @@ aio = "io_uring"
     lab.assert_nothing_left()
 
 
+@needs_root
+@needs_qemu_img
 def test_raw_on_the_device_and_qcow2_reads_reach_the_disk(lab: Lab) -> None:
     """format raw on a loop device benches the device; a qcow2 read on ext4 reads data, not holes.
     One study with two targets, each workload on its own (a workload's `targets`)."""
@@ -183,6 +235,7 @@ BAD = {
 }
 
 
+@needs_root
 def test_wrong_and_hostile_parameters_exit_2_naming_the_key(lab: Lab) -> None:
     cases = sorted(BAD)
     specs = [lab.spec(BAD[c][0], f"{c}.toml") for c in cases]

@@ -16,10 +16,12 @@ the image and the flush at close are outside it, so no `end_fsync` is in the rat
 Where the image is:
 * a target that offers a block device (a scratch loop device, or a `device` that passed
   iolab's data-safety guard): format raw benches that device itself; nothing is created.
-* a target that offers a directory: a fresh image file of its own per trial, created with
-  the qcow2 options given, removed at the end of the trial (and with the target's scratch
-  area if the trial is killed). Reads first write the whole image once (untimed, O_DIRECT),
-  so they read allocated data instead of holes or unallocated qcow2 clusters.
+* a target that offers a directory: a fresh image file of its own per trial
+  (`iolab-qemu-img-bench-<random>.<format>`), created with the qcow2 options given and removed
+  at the end of the trial, also when it fails or is interrupted. If iolab itself is killed,
+  the file goes with the target's scratch filesystem or directory; in a directory the user
+  named it stays, like fio's data file. Reads first write the whole image once (untimed,
+  O_DIRECT), so they read allocated data instead of holes or unallocated qcow2 clusters.
 
 Rates are over a fixed number of requests: they average harmonically over repetitions.
 The mean latency is derived (depth / IOPS, Little's law with the queue kept full), not
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 import uuid
 from typing import Any, ClassVar, Literal
 
@@ -278,13 +281,14 @@ class QemuImgBenchWorkload(Workload):
             raise TrialFailed(f"{p.requests} requests of {p.bs} bytes wrap around the {image_size}-byte image, which "
                               f"is not a multiple of bs: qemu-img 7.2 would send a request past its end")
         facts["passes"] = p.total_bytes / image_size
+        deadline = time.monotonic() + timeout_s  # creating and prefilling count against the trial's time
         try:
             if created:
-                _create(placement, p, created, image_size, timeout_s)
+                _create(placement, p, created, image_size, _left(deadline))
                 if p.rw == "read":
-                    facts["prefill"] = _prefill(placement, p.format, created, image_size, timeout_s)
+                    facts["prefill"] = _prefill(placement, p.format, created, image_size, _left(deadline))
             argv = self.bench_argv(path)
-            res = placement.executor.run(ExecRequest(argv=argv, timeout_s=timeout_s))
+            res = placement.executor.run(ExecRequest(argv=argv, timeout_s=_left(deadline)))
         finally:
             if created:
                 _remove(placement, created)
@@ -293,6 +297,11 @@ class QemuImgBenchWorkload(Workload):
         metrics = metrics_of(raw, p.depth)
         return WorkloadResult(metrics=metrics, raw=raw, job_text=" ".join(argv), flags=flags_of(raw, res),
                               cpu_busy=res.cpu_busy, manifest=facts)
+
+
+def _left(deadline: float) -> float:
+    """Seconds left of the trial's timeout (at least one, so a late step still reports its own failure)."""
+    return max(1.0, deadline - time.monotonic())
 
 
 def _device_bytes(placement: Placement, path: str) -> int:
