@@ -56,6 +56,7 @@ WORKLOAD_RUNS: list[tuple[str, dict[str, Any]]] = [
     ("ycsb", {"recordcount": 200, "operationcount": 400, "dataintegrity": True, "readproportion": 0.2,
               "updateproportion": 0.2, "insertproportion": 0.2, "scanproportion": 0.2,
               "readmodifywriteproportion": 0.2, "maxscanlength": 10, "heap": "128M"}),
+    ("qemu_img_bench", {"format": "qcow2", "rw": "read", "bs": "64k", "size": "1M", "cache": "writeback"}),
 ]
 # run through `iolab run` below (they need a cgroups target)
 GROUP_KINDS = {"fio-groups"}
@@ -78,8 +79,8 @@ def _undeclared(declared: MetricSet, names: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("kind,params", WORKLOAD_RUNS, ids=[f"{k}-{i}" for i, (k, _) in enumerate(WORKLOAD_RUNS)])
 def test_workload_metrics_are_declared(kind: str, params: dict[str, Any], placement: Placement) -> None:
-    if kind in ("sysbench-cpu", "iperf3", "fio", "fio-jobfile", "iozone", "sync-writes"):
-        exe = {"sysbench-cpu": "sysbench", "iperf3": "iperf3"}.get(kind, "fio")
+    if kind in ("sysbench-cpu", "iperf3", "fio", "fio-jobfile", "iozone", "sync-writes", "qemu_img_bench"):
+        exe = {"sysbench-cpu": "sysbench", "iperf3": "iperf3", "qemu_img_bench": "qemu-img"}.get(kind, "fio")
         if shutil.which(exe) is None:
             pytest.skip(f"{exe} not installed")
     if kind == "ycsb":
@@ -112,7 +113,8 @@ def test_fixed_work_rates_average_harmonically() -> None:
     assert jf.metric_set({"job_text": "[a]\nruntime=5\ntime_based\n"}).get("iops").aggregate == "mean"
     assert jf.metric_set({"job_text": "[a]\nsize=1M\n"}).get("iops").aggregate == "harmonic"
     assert jf.metric_set({"job_text": "[a]\ntime_based=0\n"}).get("iops").aggregate == "harmonic"
-    for kind, name in (("iozone", "kbps"), ("writemode", "throughput_mib_s"), ("sync-writes", "write_iops")):
+    for kind, name in (("iozone", "kbps"), ("writemode", "throughput_mib_s"), ("sync-writes", "write_iops"),
+                       ("qemu_img_bench", "iops"), ("qemu_img_bench", "bw_mib_s")):
         assert registry.workload_class(kind).metric_set({"kind": kind}).get(name).aggregate == "harmonic", kind
     varmail = registry.workload_class("varmail")
     assert varmail.metric_set({"kind": "varmail", "duration": 60.0}).get("ops_per_s").aggregate == "mean"

@@ -166,3 +166,27 @@ def test_iozone_study_sizes_files_in_whole_records_as_iozone_does() -> None:
     assert sizes == {"100m": ["4k", "4m"], "96m": ["16m"]}, "iozone -s 100M -r 16384k writes 6 records = 96 MiB"
     assert iozone.workloads(["write"], ["4k", "16m"], "32M") == {
         "workload": {"kind": "iozone", "test": ["write"], "record": ["4k", "16m"], "file_size": "32m"}}
+
+
+def test_a_workload_runs_only_on_the_targets_it_names() -> None:
+    """`targets` in a workload table pairs it with those targets; without it, every target.
+    The key is the spec's, not the workload's: the configuration (and its id) does not hold it."""
+    from iolab.core.errors import SpecError
+    from iolab.studies.spec import from_dict
+
+    doc = {"study": {"name": "pairs"},
+           "targets": [{"name": "a", "kind": "loop"}, {"name": "b", "kind": "loop", "size": "64M"}],
+           "workloads": [{"name": "only-b", "kind": "fio", "targets": ["b"], "bs": ["4k", "8k"]},
+                         {"name": "all", "kind": "fio", "rw": "read"}]}
+    configs = from_dict(doc, "t").configs
+    assert sorted((c.labels["target"], c.labels["workload"]) for c in configs) == \
+        [("a", "all"), ("b", "all"), ("b", "only-b"), ("b", "only-b")]
+    assert all("targets" not in c.workload for c in configs)
+    both = dict(doc, workloads=[dict(doc["workloads"][0], targets=["a", "b"])])
+    assert len(from_dict(both, "t").configs) == 4
+    for bad, words in ((["c"], "no target named 'c'; the targets are a, b"), ("b", "non-empty list"),
+                       ([], "non-empty list"), ([1], "non-empty list")):
+        wrong = dict(doc, workloads=[dict(doc["workloads"][0], targets=bad)])
+        with pytest.raises(SpecError) as exc:
+            from_dict(wrong, "t")
+        assert any(key == "workloads[0].targets" and words in msg for key, msg in exc.value.problems), exc.value

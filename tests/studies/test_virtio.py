@@ -1,4 +1,5 @@
-"""`iolab study virtio --quick`: host and five guest buses in one run, under TCG on CI machines."""
+"""`iolab study virtio --quick`: host and five guest buses in one run, under TCG on CI machines, and
+below the guests the host-side layers (device, QEMU raw on it, raw and qcow2 image files) natively."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ def test_virtio_quick(reproduced: Reproduced) -> None:
     systems = ["host"] + virtio.spec.MAIN_BUSES + virtio.spec.EXTRA_BUSES
     assert set(f["kbps"]) == set(systems), "every system's rows"
     kbps = _kbps_by_cell(doc)
-    file_size = parse_size(virtio.build(True)["workload"]["file_size"])
+    iozone_tables = [w for w in virtio.build(True)["workloads"] if w["kind"] == "iozone"]
+    assert len(iozone_tables) == 1
+    file_size = parse_size(iozone_tables[0]["file_size"])
     for system in systems:
         big_over_small = []
         for test in virtio.spec.QUICK_TESTS:
@@ -53,17 +56,75 @@ def test_virtio_quick(reproduced: Reproduced) -> None:
         assert all(any(fl.startswith("tcg") for fl in t["flags"]) for t in guest_trials if t["status"] == "ok")
         md = lab.run("report", doc["run_id"], "--format", "md").stdout
         assert "TCG" in md and "not representative" in md.lower()
-    # nothing left behind: no QEMU, no loop device on the lab's scratch images
-    assert lab.own_processes() == []
+    _check_layers(lab, doc)
+    # nothing left behind: no QEMU, no loop device on the lab's scratch images, no qemu-img
+    assert lab.own_processes() == [] and lab.own_processes("qemu-img") == []
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert lab.env["IOLAB_SCRATCH"] not in loops
+
+
+HOST_LAYERS = ["device", "qemu-raw", "qemu-raw-file", "qemu-qcow2"]
+
+
+def _check_layers(lab, doc: dict) -> None:
+    """The layer rows below the guests: every host-side layer over the one below it, with a CI,
+    recomputed here from the trials; labelled as holding under TCG, the guest rows as needing KVM."""
+    f = doc["findings"]
+    lay = f["layers"]
+    buses = virtio.spec.MAIN_BUSES + virtio.spec.EXTRA_BUSES
+    assert lay["order"] == HOST_LAYERS + buses, lay["order"]
+    mib = _layer_mib_s(doc)
+    below = {"qemu-raw": "device", "qemu-raw-file": "qemu-raw", "qemu-qcow2": "qemu-raw-file",
+             **{b: "qemu-raw-file" for b in buses}}
+    for row in lay["order"]:
+        meta = lay["rows"][row]
+        assert meta["below"] == below.get(row) and meta["holds_under_tcg"] is (row in HOST_LAYERS), (row, meta)
+        assert meta["valid_here"] is (row in HOST_LAYERS or f["accel"] == "kvm"), (row, meta)
+        for test in virtio.spec.LAYER_TESTS:
+            for rec in virtio.spec.QUICK_RECORDS:
+                vals = mib[row, test, rec]
+                assert len(vals) >= 3 and lay["mib_s"][row][test][rec]["n"] == len(vals), (row, test, rec)
+                if row == "device":
+                    continue
+                r, under = lay["vs_below"][row][test][rec], mib[below[row], test, rec]
+                # throughput ratio of harmonic means (fixed bytes per trial): total time below / total time here
+                want = (len(vals) / sum(1 / v for v in vals)) / (len(under) / sum(1 / v for v in under))
+                assert r["mean"] == pytest.approx(want, rel=1e-9), (row, test, rec, r)
+                lo, hi = r["ci95"]
+                assert lo is not None and hi is not None and 0 < lo < r["mean"] < hi, (row, test, rec, r)
+    for t in doc["trials"]:  # the same bytes on every host-side layer, and qemu-img's own count
+        w = t["params"]["_workload"]
+        if t["status"] == "ok" and w["kind"] in ("fio", "qemu_img_bench"):
+            assert w["size"] == parse_size(virtio.spec.LAYER_BYTES_QUICK[size_label(w["bs"]).lower()]), w
+            if w["kind"] == "qemu_img_bench":
+                assert t["metrics"]["requests"] == w["size"] // w["bs"], (t["id"], t["metrics"])
+    md = lab.run("report", doc["run_id"], "--format", "md").stdout
+    assert "Layers of the virtual disk" in md and "holds under TCG" in md
+    assert ("needs KVM (guest ran under TCG)" in md) == (f["accel"] == "tcg")
+
+
+def _layer_mib_s(doc: dict) -> dict[tuple[str, str, str], list[float]]:
+    """MiB/s of the ok layer trials per (row, test, record), from their full configurations."""
+    out: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for t in doc["trials"]:
+        if t["status"] != "ok":
+            continue
+        tgt, w, m = t["params"]["_target"], t["params"]["_workload"], t["metrics"]
+        if w["kind"] == "iozone" and tgt["kind"] == "qemu" and w["test"] in virtio.spec.LAYER_TESTS:
+            out[tgt["bus"], w["test"], size_label(w["record"]).lower()].append(m["kbps"] / 1024)
+        elif w["kind"] in ("fio", "qemu_img_bench"):
+            on_device = tgt.get("filesystem", "none") == "none"
+            row = ("device" if w["kind"] == "fio" else "qemu-raw") if on_device else \
+                {"raw": "qemu-raw-file", "qcow2": "qemu-qcow2"}[w["format"]]
+            out[row, w["rw"], size_label(w["bs"]).lower()].append(m["bw_mib_s"])
+    return out
 
 
 def _kbps_by_cell(doc: dict) -> dict[tuple[str, str, str], list[float]]:
     """KB/s of the ok trials per (system, test, record), in repetition order (independent of the analysis)."""
     out: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
     for t in doc["trials"]:
-        if t["status"] != "ok":
+        if t["status"] != "ok" or t["params"]["_workload"]["kind"] != "iozone":
             continue
         tgt, w = t["params"]["_target"], t["params"]["_workload"]
         system = "host" if tgt["kind"] == "loop" else tgt["bus"]
@@ -80,6 +141,6 @@ def _check_ratio(r: dict, guest: list[float], host: list[float], cell: tuple) ->
 
 
 def _confounders(doc: dict, system: str) -> list[str]:
-    return [fl for t in doc["trials"] if t["status"] == "ok"
+    return [fl for t in doc["trials"] if t["status"] == "ok" and t["params"]["_workload"]["kind"] == "iozone"
             and ("host" if t["params"]["_target"]["kind"] == "loop" else t["params"]["_target"]["bus"]) == system
             for fl in t["flags"] if fl.startswith(("generator_cpu_bound", "cpu_contended"))]

@@ -30,6 +30,7 @@ WORKLOADS: dict[str, str] = {
     "iperf3": "iolab.workloads.iperf3:Iperf3Workload",
     "varmail": "iolab.workloads.varmail:VarmailWorkload",
     "ycsb": "iolab.workloads.ycsb:YcsbWorkload",
+    "qemu_img_bench": "iolab.workloads.qemu_img_bench:QemuImgBenchWorkload",
 }
 
 

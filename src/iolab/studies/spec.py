@@ -1,7 +1,10 @@
 """Study specs: TOML in, a validated matrix of configurations out.
 
 A spec has a [study] table, one or more targets and one or more workloads. Any list value
-in a target or workload table is an axis: the matrix is the product of all of them.
+in a target or workload table is an axis: the matrix is the product of all of them, except
+that a workload table may name the targets it runs on (`targets = ["dev", "host"]`), for a
+study whose rows need different tools on different targets (virtio: fio and qemu-img on
+host devices, iozone on the host and in guests).
 Everything is validated before anything runs; errors name the file, the key and what
 was expected, and nothing is created.
 
@@ -229,10 +232,15 @@ def _matrix(targets: list[tuple[str, dict]], workloads: list[tuple[str, dict]],
         return []
     t_cells = [c for p in t_plans for c in _expand(p, problems)]
     w_cells = [c for p in w_plans for c in _expand(p, problems)]
+    _check_target_names(w_plans, {p.name for p in t_plans if p}, problems)
     if problems:
         return []
+    on = {p.path: p.on_targets for p in w_plans if p}
     configs = []
     for (t_name, t_params, t_axes, _), (w_name, w_params, w_axes, w_path) in itertools.product(t_cells, w_cells):
+        only = on[w_path]
+        if only is not None and t_name not in only:
+            continue
         _check_pair(w_path, w_params, t_params, problems)
         labels: dict[str, Any] = {}
         if len(targets) > 1:
@@ -249,13 +257,15 @@ def _matrix(targets: list[tuple[str, dict]], workloads: list[tuple[str, dict]],
 
 @dataclass
 class _Plan:
-    """One target or workload table, split into fixed keys and axes (not yet expanded)."""
+    """One target or workload table, split into fixed keys and axes (not yet expanded).
+    on_targets: the target names a workload table runs on (its `targets` key), None for all."""
 
     path: str
     name: str
     cls: Any
     fixed: dict[str, Any]
     axes: dict[str, list[Any]]
+    on_targets: list[str] | None = None
 
 
 def _plan(path: str, table: dict, kinds: dict[str, str], load: Any, problems: list[tuple[str, str]]) -> _Plan | None:
@@ -264,6 +274,12 @@ def _plan(path: str, table: dict, kinds: dict[str, str], load: Any, problems: li
     if not isinstance(name, str):
         problems.append((f"{path}.name", f"expected a string, got {name!r:.80}"))
         return None
+    on_targets = None
+    if kinds is registry.WORKLOADS and "targets" in table:
+        on_targets = table.pop("targets")
+        if not isinstance(on_targets, list) or not on_targets or not all(isinstance(n, str) for n in on_targets):
+            problems.append((f"{path}.targets", f"expected a non-empty list of target names, got {on_targets!r:.80}"))
+            return None
     kind = table.get("kind")
     if not isinstance(kind, str) or kind not in kinds:
         problems.append((f"{path}.kind", f"expected one of {', '.join(sorted(kinds))}, got {kind!r:.80}"))
@@ -279,7 +295,18 @@ def _plan(path: str, table: dict, kinds: dict[str, str], load: Any, problems: li
             problems.append((f"{path}.{k}", "an axis needs at least one value"))
             return None
     fixed = {k: v for k, v in table.items() if k not in axes}
-    return _Plan(path, name or kind, cls, fixed, axes)
+    return _Plan(path, name or kind, cls, fixed, axes, on_targets)
+
+
+def _check_target_names(w_plans: list[_Plan | None], names: set[str], problems: list[tuple[str, str]]) -> None:
+    """Every name in a workload's `targets` must be a target of the spec (its `name`, or its kind)."""
+    for p in w_plans:
+        if p is None:
+            continue
+        for n in p.on_targets or []:
+            if n not in names:
+                problems.append((f"{p.path}.targets", f"no target named {n!r:.80}; the targets are "
+                                                      f"{', '.join(sorted(names)) or '(none valid)'}"))
 
 
 def _cells(plan: _Plan | None) -> int:

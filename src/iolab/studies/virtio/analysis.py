@@ -1,5 +1,6 @@
-"""virtio's analysis (pure): iozone's KB/s per system, and every guest cell over the host cell
-of the same run, a ratio with its 95 % CI."""
+"""virtio's analysis (pure): iozone's KB/s per system, every guest cell over the host cell of
+the same run (a ratio with its 95 % CI), and the layers of the virtual disk from the device up
+(layers.py: what each costs over the one below, which rows hold under TCG)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from iolab.analysis.sequential import RunEstimator
 from iolab.studies.common import group_values, ok_trials
 from iolab.studies.iozone import analysis as iozone
+from iolab.studies.virtio.layers import layer_findings
 
 
 def accel_of(doc: dict[str, Any]) -> str | None:
@@ -19,8 +21,11 @@ def accel_of(doc: dict[str, Any]) -> str | None:
 
 
 def analyze(doc: dict[str, Any]) -> dict[str, Any]:
-    kbps = iozone.kbps_findings(doc)
-    trials = ok_trials(doc)
+    accel = accel_of(doc)
+    layers = layer_findings(doc, accel)  # before iozone's part relabels the iozone trials' params
+    iozone_doc = dict(doc, trials=[t for t in doc["trials"] if t["params"]["_workload"].get("kind") == "iozone"])
+    kbps = iozone.kbps_findings(iozone_doc)
+    trials = ok_trials(iozone_doc)
     values = group_values(trials, ["system", "test", "record"], "kbps")
     est = RunEstimator(doc)  # ratios of two adaptively stopped means, widened as each is
     ratios: dict[str, Any] = {}
@@ -29,4 +34,4 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         if system == "host" or not host:
             continue
         ratios.setdefault(system, {}).setdefault(test, {})[record] = est.ratio(vals, host).as_dict()
-    return {"accel": accel_of(doc), "kbps": kbps, "ratio_vs_host": ratios}
+    return {"accel": accel, "kbps": kbps, "ratio_vs_host": ratios, "layers": layers}

@@ -1,14 +1,15 @@
-"""virtio's presentation: guest / host ratios (chart and table, TCG labelled) and the KB/s table."""
+"""virtio's presentation: the layers of the virtual disk (what each costs, which rows hold under
+TCG), guest / host ratios (chart and table, TCG labelled) and the KB/s table."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from iolab.report.model import Chart, Note, Section, Series, Table
+from iolab.report.model import Chart, Note, Section, Series, Table, Tag
 from iolab.studies.common import fmt_est
 from iolab.studies.iozone import presentation as iozone_presentation
 from iolab.studies.iozone.spec import RECORDS, TESTS
-from iolab.studies.virtio.spec import EXTRA_BUSES, MAIN_BUSES
+from iolab.studies.virtio.spec import EXTRA_BUSES, LAYER_TESTS, MAIN_BUSES
 
 # R1's published ratios vs host at 16M records (virtio ~0.8, emulated ~0.53-0.55)
 R1_RATIO_16M = {"virtio-blk": 0.83, "ide": 0.55}
@@ -41,9 +42,68 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
                   ref_lines=[(1.0, "host")], notes=list(warn))
     kb_table = iozone_presentation.kbps_table(f["kbps"], "KB/s (mean ± 95% CI), shaped like R1's table")
     kb_table.notes = list(warn)
-    return summary, [
+    layer_summary, layer_section = present_layers(f.get("layers") or {}, tcg)
+    return summary + layer_summary, [
+        *layer_section,
         Section("Guest vs host", [chart, ratio_table], intro=(
             "Each guest cell is paired with the host cell of the same run. R1 found virtio-blk at ~80% of "
             "the host and the emulated disk at ~53–55% for large records, with a wider gap for small records.")),
         Section("Throughput", [kb_table]),
     ]
+
+
+def _est(node: dict[str, Any], row: str, test: str, rec: str) -> dict[str, Any] | None:
+    est: dict[str, Any] | None = node.get(row, {}).get(test, {}).get(rec)
+    return est
+
+
+def _status(row: dict[str, Any], tcg: bool) -> Tag:
+    """Whether a row's numbers answer R1's question on this machine."""
+    if row["holds_under_tcg"]:
+        return Tag("holds under TCG (host side, native)", "good")
+    return Tag("needs KVM (guest ran under TCG)", "warn") if tcg else Tag("measured with KVM", "good")
+
+
+def present_layers(lay: dict[str, Any], tcg: bool) -> tuple[list[str], list[Section]]:
+    """The layer tables: MiB/s per layer, and each layer over the one below it (with its CI)."""
+    order = lay.get("order") or []
+    if not order:
+        return [], []
+    rows, mib, vs = lay["rows"], lay["mib_s"], lay["vs_below"]
+    records = [r for r in RECORDS if any(_est(mib, n, t, r) for n in order for t in LAYER_TESTS)]
+    mib_rows = [[rec, rows[n]["layer"], rows[n]["tool"], *[fmt_est(_est(mib, n, t, rec)) for t in LAYER_TESTS],
+                 _status(rows[n], tcg)] for rec in records for n in order]
+    cost_rows = [[rec, rows[n]["layer"], rows[rows[n]["below"]]["layer"],
+                  *[fmt_est(_est(vs, n, t, rec)) for t in LAYER_TESTS], _status(rows[n], tcg)]
+                 for rec in records for n in order if rows[n]["below"] in rows]
+    notes = [Note("Host-side rows (device, QEMU block layer raw and qcow2) run natively: they hold on any machine, "
+                  "TCG or not. Guest rows include the emulated guest CPU: they need KVM.")]
+    if tcg:
+        notes.append(Note("Guests ran under TCG here: the guest rows and their ratio to the QEMU image file below "
+                          "them measure instruction emulation, NOT the device model. Read the host-side rows.",
+                          "warn"))
+    native = [n for n in order if rows[n]["holds_under_tcg"] and rows[n]["below"]]
+    charts = [Chart(f"Each host-side layer over the one below ({test})", "bar", "record", "layer / layer below",
+                    [Series(rows[n]["layer"], records, [(_est(vs, n, test, r) or {}).get("mean") for r in records],
+                            [((_est(vs, n, test, r) or {}).get("ci95") or [None, None])[0] for r in records],
+                            [((_est(vs, n, test, r) or {}).get("ci95") or [None, None])[1] for r in records])
+                     for n in native], ref_lines=[(1.0, "no cost")]) for test in LAYER_TESTS]
+    summary = []
+    for n in native:
+        for rec in dict.fromkeys([records[0], records[-1]]):  # the smallest and the largest record
+            r = _est(vs, n, "write", rec)
+            if r and r.get("mean") is not None:
+                summary.append(f"{rows[n]['layer']} / {rows[rows[n]['below']]['layer']}: write at {rec} records "
+                               f"= {r['mean']:.2f}x (host side, holds under TCG)")
+    return summary, [Section("Layers of the virtual disk", [
+        Table("Throughput per layer (MiB/s, harmonic mean ± 95% CI)",
+              ["record", "layer", "tool", *LAYER_TESTS, "on this machine"], mib_rows, notes=list(notes)),
+        Table("What each layer costs: its throughput over the layer below (ratio, 95% CI)",
+              ["record", "layer", "over", *LAYER_TESTS, "on this machine"], cost_rows, notes=list(notes)),
+        *charts,
+    ], intro=(
+        "From the device up, each row adds one layer of a virtual disk and does the same thing: sequential "
+        "requests of one record size, one in flight, the same bytes, O_DIRECT (cache=none, aio=threads, as the "
+        "guests' disks). fio drives the bare loop device; qemu-img bench drives QEMU's block layer on that device "
+        "(raw), then on a fresh raw and a fresh qcow2 image file in ext4; the guests' rows are iozone's write and "
+        "read on their raw image file in ext4. A ratio below 1 is what the layer costs."))]
