@@ -30,32 +30,41 @@ def stop_on_signals() -> None:
         signal.signal(sig, _stop)
 
 
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+def cpu_times() -> tuple[int, int, int]:
+    """(busy, total, steal) jiffies of the whole machine, from /proc/stat. Steal is time the
+    hypervisor gave this VM's CPUs to someone else: it slows whichever side of a pair it hits
+    and no load figure inside the VM shows it."""
     with open("/proc/stat") as f:
         vals = [int(v) for v in f.readline().split()[1:]]
     idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return sum(vals) - idle, sum(vals)
+    steal = vals[7] if len(vals) > 7 else 0
+    return sum(vals) - idle, sum(vals), steal
 
 
 class Busy:
-    """Share of the machine's CPU time that was busy between start() and stop() (all processes)."""
+    """Share of the machine's CPU time that was busy between start() and stop() (all processes),
+    and the share the hypervisor stole."""
 
     def __init__(self) -> None:
         self.shares: list[float] = []
-        self._t0 = (0, 0)
+        self.steal_shares: list[float] = []
+        self._t0 = (0, 0, 0)
 
     def start(self) -> None:
         self._t0 = cpu_times()
 
     def stop(self) -> float:
-        busy, total = (a - b for a, b in zip(cpu_times(), self._t0))
+        busy, total, steal = (a - b for a, b in zip(cpu_times(), self._t0))
         share = busy / total if total > 0 else 0.0
         self.shares.append(share)
+        self.steal_shares.append(steal / total if total > 0 else 0.0)
         return share
 
     def mean(self) -> float:
         return sum(self.shares) / len(self.shares) if self.shares else float("nan")
+
+    def steal_mean(self) -> float:
+        return sum(self.steal_shares) / len(self.steal_shares) if self.steal_shares else float("nan")
 
 
 @dataclass(frozen=True)

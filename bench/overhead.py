@@ -144,7 +144,8 @@ def measure(p: Path_, scratch: Path, env: dict[str, str], args: argparse.Namespa
         p.in_trial_s.append(i_trial - b_wall)
         print(f"pair {i + 1} ({order[0]} first): bare {b_iops:10.0f} IOPS {b_wall:5.2f} s | iolab {i_iops:10.0f} "
               f"IOPS {i_wall:5.2f} s (trial {i_trial:5.2f} s) | ratio {p.ratios[-1]:.3f} | machine busy "
-              f"{p.busy.shares[-2]:.0%}/{p.busy.shares[-1]:.0%}", flush=True)
+              f"{p.busy.shares[-2]:.0%}/{p.busy.shares[-1]:.0%}, stolen {p.busy.steal_shares[-2]:.1%}/"
+              f"{p.busy.steal_shares[-1]:.1%}", flush=True)
 
     return until_narrow(pair, lambda: ratio_figure("overhead ratio", p.ratios, args.target),
                         max_n=args.max_pairs, budget_s=args.budget)

@@ -61,3 +61,4 @@ def test_busy_measures_the_machine() -> None:
         x += i
     share = b.stop()
     assert 0.0 < share <= 1.0 and b.mean() == share
+    assert 0.0 <= b.steal_mean() <= share  # stolen time is counted as busy (/proc/stat)
