@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from iolab.fleet.aggregate import FIO_PLAT_VAL, plat_idx_to_val
 from tests.core.helpers import Lab, make_lab
 from tests.fleet.netns_hosts import NsHost
 from tests.fleet.specs import fleet_spec
@@ -43,9 +44,13 @@ def test_fleet_study_stores_per_host_and_aggregate(lab: Lab, fleet3: list[NsHost
         # the percentiles come from the hosts' histogram logs inside the window (fio --client
         # brought them back), not from the whole jobs
         assert not [f for f in t["flags"] if f.startswith("fleet_")], t["flags"]
-        # merged histograms: the fleet's median lies between the hosts' medians
-        meds = [m[f"host:{h.name}:read_clat_p50_us"] for h in fleet3]
-        assert min(meds) * 0.9 <= m["read_clat_p50_us"] <= max(meds) * 1.1
+        # merged histograms: each fleet percentile is one of fio's histogram bin values (an
+        # average of the hosts' percentiles would not be). The hosts' own percentiles are over
+        # their whole jobs and the fleet's over the common window only, so on a busy machine
+        # they differ; that the merge is right inside the window is tested on logs in test_aggregate
+        bins = {round(plat_idx_to_val(i) / 1000, 3) for i in range(FIO_PLAT_VAL * 30)}  # to ~17 s
+        for pct in ("p50", "p99"):
+            assert round(m[f"read_clat_{pct}_us"], 3) in bins, (pct, m[f"read_clat_{pct}_us"])
         assert m["read_clat_p99_us"] >= m["read_clat_p50_us"]
         hosts = t["manifest"]["target"]["hosts"]
         assert set(hosts) == {h.name for h in fleet3}

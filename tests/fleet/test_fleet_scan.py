@@ -114,7 +114,9 @@ def test_fleet_scan_names_the_slow_host_and_compare_sees_it_fixed(lab: Lab, flee
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
     per_host = [x for x in rows if x["metric"] == f"host:{slow.name}:iops"]
-    assert len(per_host) == 4 and all(x["verdict"] == "improvement" for x in per_host), per_host
+    seen = [(x["config"], x["verdict"], x["a"]["mean"], x["b"]["mean"], x.get("ratio")) for x in per_host]
+    print("slow host before/after:", seen)
+    assert len(per_host) == 4 and all(x["verdict"] == "improvement" for x in per_host), seen
     # the aggregate is compared too (verdicts depend on what else limits it: on 2 busy cores, the CPU)
     aggregate = [x for x in rows if x["metric"] in ("iops", "bw_mib_s", "read_clat_p99_us")]
     assert {x["metric"] for x in aggregate} == {"iops", "bw_mib_s", "read_clat_p99_us"}

@@ -10,6 +10,8 @@ import pytest
 
 from iolab.core import sizing
 from iolab.studies import vm_profile
+from iolab.studies.vm_profile.spec import QUICK_ARRAY_MIB
+from iolab.targets.base import TCG_TIME_FACTOR
 from tests.report.browser import open_report_in_browser
 from tests.statcheck import Band, check_estimate, from_json
 from tests.studies.conftest import Lab, Reproduced
@@ -38,6 +40,7 @@ def test_vm_profile_quick(reproduced: Reproduced) -> None:
                 _check_ratio(f["ratio_vs_host"][system][m.name], vals, _values(doc, "host", m.name),
                              (system, m.name))
     _check_sizing(f)
+    _check_timeouts(doc, f)
     _check_measurements(doc, f)
     _check_encryption(doc)
     _check_report(lab, report, doc["run_id"], f)
@@ -75,14 +78,28 @@ def _check_ratio(r: dict, guest: list[float], host: list[float], cell: tuple) ->
 
 
 def _check_sizing(f: dict) -> None:
-    """Host and guests ran STREAM over the same arrays, 4x this host's LLC (the guests were sized
-    to hold them), and the report says so."""
+    """Host and guests ran STREAM over the same arrays, 4x this host's LLC capped at --quick's
+    QUICK_ARRAY_MIB (the guests were sized to hold them), and the report says so."""
     sizing_ = f["memory_sizing"]
     assert set(sizing_) == set(SYSTEMS)
-    wanted = -(-4 * sizing.read_llc().bytes // (1 << 20))
+    wanted = min(QUICK_ARRAY_MIB, -(-4 * sizing.read_llc().bytes // (1 << 20)))
     for system, s in sizing_.items():
         assert s["array_mib"] == [wanted] and not s["reduced"], (system, s)
-        assert s["reason"].startswith(f"arrays 3 x {wanted} MiB: 4 x LLC"), (system, s)
+        assert s["reason"].startswith(f"arrays 3 x {wanted} MiB: {wanted} MiB as the spec asks"), (system, s)
+
+
+def _check_timeouts(doc: dict, f: dict) -> None:
+    """A trial in a TCG guest gets its timeout stretched by TCG_TIME_FACTOR (the same workload's
+    host trial does not): emulation alone must never time a trial out."""
+    timeouts: dict[tuple[str, str], set[float]] = {}
+    for t in (t for t in doc["trials"] if t["status"] == "ok"):
+        kind = t["params"]["_target"]["kind"]
+        timeouts.setdefault((t["params"]["_workload"]["kind"], kind), set()).add(t["manifest"]["timeout_s"])
+    host, guest = max(timeouts[("stream", "loop")]), min(timeouts[("stream", "qemu")])
+    if f["accel"] == "tcg":
+        assert guest - 60 == pytest.approx((host - 60) * TCG_TIME_FACTOR), (host, guest)
+    else:
+        assert guest == host, (host, guest)
 
 
 def _check_measurements(doc: dict, f: dict) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from iolab.core import sizing
 from iolab.core.resources import Ledger
-from iolab.targets.base import Placement
+from iolab.targets.base import TCG_TIME_FACTOR, Placement
 from iolab.targets.qemu_guest import QemuGuestParams, QemuGuestTarget
 from iolab.workloads.stream import StreamParams, StreamWorkload
 
@@ -64,3 +64,10 @@ def test_stream_in_a_small_guest_under_a_large_cache_is_reduced(
     assert r.raw["validation"]["ok"] and r.raw["elements"] == s["array_mib"] * MiB // 8
     assert any(f.startswith(f"array_below_4x_llc: arrays 3 x {s['array_mib']} MiB") and "guest's" in f
                for f in r.flags), r.flags
+
+
+def test_a_tcg_guest_stretches_its_trials_timeouts(small_guest: Placement) -> None:
+    """The placement says how much slower than the host's estimate work runs here: the runner
+    multiplies trial timeouts by it (a TCG guest), and a KVM guest runs at the host's pace."""
+    accel = small_guest.manifest["accel"]
+    assert small_guest.time_factor == (TCG_TIME_FACTOR if accel == "tcg" else 1.0), accel

@@ -47,7 +47,7 @@ from iolab.runner.progress import Reporter, reporter_for
 from iolab.store.base import Store
 from iolab.studies.hooks import GroupContext, GroupHook, configs_to_skip
 from iolab.studies.spec import StudySpec
-from iolab.targets.base import Placement, Target
+from iolab.targets.base import TCG_TIME_FACTOR, Placement, Target
 
 # A built-in study may check or prepare a target before its trials (e.g. a sanity gate): its
 # GroupHook gets a GroupContext (studies/hooks.py), never the runner, and may answer with
@@ -106,8 +106,10 @@ class Runner:
         decl = metrics.for_workload(c.workload).get(self.main_metric(c))
         return plan.StopRule.of(self.spec.settings, decl.aggregate if decl else "mean")
 
-    def timeout_for(self, c: Config) -> float:
-        return self.spec.settings.trial_timeout or 3 * self.workloads[c.id].estimate_seconds() + 60
+    def timeout_for(self, c: Config, time_factor: float = 1.0) -> float:
+        """The spec's trial_timeout, else 3x the workload's estimate (stretched by the placement's
+        time factor: a TCG guest) plus a minute."""
+        return self.spec.settings.trial_timeout or 3 * self.workloads[c.id].estimate_seconds() * time_factor + 60
 
     def estimate_seconds(self) -> float:
         reps = self.spec.settings.repetitions
@@ -127,7 +129,8 @@ class Runner:
                  f"order: {s.order}", "will create or touch:"]
         for t in self.targets.values():
             lines += [f"  - {line}" for line in t.describe()]
-        lines.append("configurations:")
+        lines.append("configurations (timeouts as on the host; in a TCG guest the estimate is stretched "
+                     f"x{TCG_TIME_FACTOR:g}):")
         for c in self.spec.configs:
             label = ", ".join(f"{k}={v}" for k, v in c.labels.items()) or "(single)"
             lines.append(f"  - {c.id} {label}  [timeout {self.timeout_for(c):.0f} s, metric {self.main_metric(c)}]")
@@ -286,13 +289,14 @@ class Runner:
                 probes = [p() for p in probe_classes() if (p.default or p.name in wanted) and p.applies_to(here)]
                 for p in probes:
                     p.start(here)
-                result = self.workloads[c.id].run(here, self.timeout_for(c))
+                timeout_s = self.timeout_for(c, placement.time_factor)
+                result = self.workloads[c.id].run(here, timeout_s)
                 probe_data = {p.name: p.stop() for p in probes}
                 probes = []
                 flags = list(placement.manifest.get("flags", [])) + result.flags + \
                     confounders.detect(c.workload, result.metrics, probe_data)
                 manifest = {"target": placement.manifest, "workload": c.workload, "job": result.job_text,
-                            "executor": placement.executor.name, "timeout_s": self.timeout_for(c),
+                            "executor": placement.executor.name, "timeout_s": timeout_s,
                             "trial_cgroup": cgroup.manifest()}
                 if result.manifest:  # the trial's own entries (the target's are in "target")
                     manifest["workload_facts"] = result.manifest

@@ -99,6 +99,13 @@ class FioFleet(Protocol):
                 prefill_size: int | None) -> FleetRun: ...
 
 
+# How much longer than a workload's host estimate its work may take in a TCG guest. Measured
+# (docs/studies/vm-profile.md): TCG guests reach 0.02-0.05x the host's memory bandwidth and
+# 0.06-0.23x its CPU rate; the estimates already assume a slow host (STREAM: 4 GB/s), so the
+# emulated work takes up to ~10x its estimate, doubled for a machine other work keeps busy.
+TCG_TIME_FACTOR = 20.0
+
+
 @dataclass
 class Placement:
     """What a prepared target offers a workload.
@@ -115,6 +122,10 @@ class Placement:
     trial_cgroup:  the running trial's cgroup (cgroups.trial), set by the runner on the
                    placement it hands a trial: every host process of the trial is in it
                    (`cpu_seconds()`); None outside a trial
+    time_factor:   how many times longer a workload's work takes here than its estimate (made
+                   for the host) says: 1 on the host and under KVM, TCG_TIME_FACTOR in a guest
+                   under software emulation. The runner stretches the trial's timeout by it, so
+                   a trial never times out only because the CPU is emulated.
     """
 
     executor: Executor
@@ -128,6 +139,7 @@ class Placement:
     extras: dict[str, Any] = field(default_factory=dict)
     trial_cgroup: TrialCgroup | None = None
     fio_fleet: FioFleet | None = None  # fio jobs run on a fleet's hosts instead (the `fleet` target)
+    time_factor: float = 1.0
 
     def within(self, cgroup: TrialCgroup | None) -> Placement:
         """This placement for one trial: the executor places host processes in `cgroup`.

@@ -25,7 +25,7 @@ from iolab.core.resources import Ledger, Resource
 from iolab.core.units import format_size, parse_size
 from iolab.native.build import GUEST_DIR, available, helper_path
 from iolab.targets import blockinfo
-from iolab.targets.base import Placement, Target, TargetParams
+from iolab.targets.base import TCG_TIME_FACTOR, Placement, Target, TargetParams
 from iolab.targets.loop import ScratchLoop, create_scratch_loop, release_scratch_loop
 from iolab.vm import guest_image, profiles
 from iolab.vm.accel import AccelChoice, AccelInfo, choose
@@ -232,7 +232,7 @@ class QemuGuestTarget(Target):
         return Placement(
             executor=executor, path=None if mount else f"/dev/{dev}", directory=mount,
             host_device=host_device, guest_device=dev, is_block_device=mount is None, manifest=manifest,
-            extras=extras,
+            extras=extras, time_factor=TCG_TIME_FACTOR if accel.accel == "tcg" else 1.0,
         )
 
     def _start_peer(self, spec: VmSpec, run_dir: Path) -> dict[str, Any]:
