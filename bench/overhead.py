@@ -3,32 +3,43 @@
 Two different costs, measured apart:
 
 * **in-trial interference** (does iolab slow fio down while it runs? probes, the executor,
-  other threads): fio's own IOPS through iolab over fio's IOPS bare, per pair, on two paths:
+  other threads): fio's own IOPS through iolab over fio's IOPS bare, on two paths:
   - I/O path: 4k random reads, libaio, iodepth 16, direct I/O on a scratch loop device
-    (a pre-filled image under /var/tmp, attached with direct I/O): iolab's `device` target;
+    (a pre-filled image in /dev/shm or under /var/tmp, attached with direct I/O): iolab's
+    `device` target;
   - CPU path: the same job on fio's `null` engine (no I/O: fio's submission loop alone is
     timed, so any CPU iolab takes from fio shows);
 * **fixed per-trial cost** (seconds a one-trial `iolab run` adds around fio: start-up,
   validation, target set-up and teardown, probes, the store, the report): wall time of
-  `iolab run` minus wall time of the bare fio, per pair, split at the trial's own start/end.
+  `iolab run` minus wall time of the bare fio, per round, split at the trial's own start/end.
 
 The iolab side is a one-trial study whose rendered job is byte-for-byte the bare job (both
 come from iolab's renderer; checked against the job iolab stores in the trial's manifest).
-Pairs alternate which side runs first (bare, iolab | iolab, bare | ...), so drift of the
-machine cancels within a pair. Pairs continue until the 95 % CI of the ratio is within
-±2 % (at least 5, at most --max-pairs, within --budget seconds per path); otherwise the
-output says it could not and the width it reached.
+
+**Bracketed rounds and an A/A control, side by side.** A virtual machine's CPU speed drifts
+by 10-25 % over seconds (other tenants of the host; measured on the CI machines even with
+two fio runs at once on its two vCPUs), so a bare run and an iolab run seconds apart differ
+by that much whatever iolab does. Each step therefore runs two rounds of three fio runs:
+a *test* round `bare, iolab, bare` and a *control* round `bare, bare, bare`, in alternating
+order. A round's ratio is the middle run over the geometric mean of the two around it
+(linear drift cancels). The control's ratio is what this machine gives when nothing differs:
+its interval is the noise floor, printed beside the test's, so an interference figure is
+never read closer than the machine can resolve. Steps continue until the test's 95 % CI is
+within ±2 % (at least 5, at most --max-pairs, within --budget seconds per path); otherwise
+the output says it could not, the width it reached, and the control's width beside it.
 
     bench/run overhead [--path io|cpu|both] [--max-pairs N] [--runtime S] [--target 0.02] [--keep]
 
-Output lines: `overhead fixed=<s> [lo, hi] s n=N (...)`, then one `overhead ratio=<r> [lo, hi]
-n=N (CPU path)` and, last, `overhead ratio=<r> [lo, hi] n=N (I/O path)`.
+Output lines: `overhead fixed=<s> [lo, hi] s n=N (...)`, then per path the control
+`overhead control=<r> [lo, hi] n=N (CPU path: bare/bare)` and `overhead ratio=<r> [lo, hi] n=N
+(CPU path)`; the I/O path's ratio is the last line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -39,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from figures import Busy, Figure, mean_figure, ratio_figure, until_narrow, stop_on_signals
+from figures import Busy, Figure, mean_figure, ratio_figure, stop_on_signals, until_narrow
 
 from iolab.core.exec import HostExecutor
 from iolab.targets.base import Placement
@@ -60,6 +71,7 @@ class Path_:
     target: dict[str, Any]
     placement: Placement
     ratios: list[float] = field(default_factory=list)
+    control: list[float] = field(default_factory=list)
     fixed_s: list[float] = field(default_factory=list)
     in_trial_s: list[float] = field(default_factory=list)
     busy: Busy = field(default_factory=Busy)
@@ -127,25 +139,40 @@ def measure(p: Path_, scratch: Path, env: dict[str, str], args: argparse.Namespa
     job_text = FioWorkload(FioParams(**p.workload)).job_text(p.placement)
     spec = scratch / f"overhead-{p.slug}.toml"
     spec.write_text(spec_text(p))
-    print(f"{p.label}: job ({args.runtime:g} s, ramp 1 s), bare and through iolab, alternating:", flush=True)
+    print(f"{p.label}: job ({args.runtime:g} s, ramp 1 s); steps of a test round (bare, iolab, bare) and a "
+          "control round (bare, bare, bare):", flush=True)
     print("  " + job_text.strip().replace("\n", "\n  "), flush=True)
 
-    def pair(i: int) -> None:
-        got: dict[str, tuple[float, ...]] = {}
-        order = ("bare", "iolab") if i % 2 == 0 else ("iolab", "bare")
-        for which in order:
-            p.busy.start()
-            got[which] = bare(job_text, scratch, p.side) if which == "bare" else \
-                through_iolab(spec, env, job_text, destroy)
+    def run_one(which: str) -> tuple[float, ...]:
+        p.busy.start()
+        try:
+            return bare(job_text, scratch, p.side) if which == "bare" else through_iolab(spec, env, job_text, destroy)
+        finally:
             p.busy.stop()
-        (b_iops, b_wall), (i_iops, i_wall, i_trial) = got["bare"], got["iolab"]
-        p.ratios.append(i_iops / b_iops)
-        p.fixed_s.append(i_wall - b_wall)
-        p.in_trial_s.append(i_trial - b_wall)
-        print(f"pair {i + 1} ({order[0]} first): bare {b_iops:10.0f} IOPS {b_wall:5.2f} s | iolab {i_iops:10.0f} "
-              f"IOPS {i_wall:5.2f} s (trial {i_trial:5.2f} s) | ratio {p.ratios[-1]:.3f} | machine busy "
-              f"{p.busy.shares[-2]:.0%}/{p.busy.shares[-1]:.0%}, stolen {p.busy.steal_shares[-2]:.1%}/"
-              f"{p.busy.steal_shares[-1]:.1%}", flush=True)
+
+    def bracketed(middle: str) -> tuple[float, tuple[float, ...], list[tuple[float, ...]]]:
+        """bare, `middle`, bare: the middle's IOPS over the geometric mean of the two around it."""
+        first, mid, last = run_one("bare"), run_one(middle), run_one("bare")
+        return mid[0] / math.sqrt(first[0] * last[0]), mid, [first, last]
+
+    def pair(i: int) -> None:
+        rounds = ("test", "control") if i % 2 == 0 else ("control", "test")
+        for kind in rounds:
+            if kind == "test":
+                r, (i_iops, i_wall, i_trial), brackets = bracketed("iolab")
+                b_wall = sum(b[1] for b in brackets) / 2
+                p.ratios.append(r)
+                p.fixed_s.append(i_wall - b_wall)
+                p.in_trial_s.append(i_trial - b_wall)
+                test_line = (f"iolab {i_iops:10.0f} IOPS {i_wall:5.2f} s (trial {i_trial:5.2f} s) between bare "
+                             f"{brackets[0][0]:.0f} and {brackets[1][0]:.0f} | ratio {r:.3f}")
+            else:
+                c, _, _ = bracketed("bare")
+                p.control.append(c)
+        stolen = max(p.busy.steal_shares[-6:])
+        print(f"step {i + 1} ({rounds[0]} first): {test_line} | control bare/bare {p.control[-1]:.3f} | machine "
+              f"busy {min(p.busy.shares[-6:]):.0%}..{max(p.busy.shares[-6:]):.0%}, stolen up to {stolen:.1%}",
+              flush=True)
 
     return until_narrow(pair, lambda: ratio_figure("overhead ratio", p.ratios, args.target),
                         max_n=args.max_pairs, budget_s=args.budget)
@@ -156,10 +183,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--path", choices=("io", "cpu", "both"), default="both", help="which path(s) to measure")
     ap.add_argument("--max-pairs", type=int, default=int(os.environ.get("IOLAB_BENCH_PAIRS", 40)),
-                    help="at most this many bare/iolab pairs per path (default 40; at least 5)")
+                    help="at most this many steps per path, each a test and a control round (default 40; at least 5)")
     ap.add_argument("--target", type=float, default=0.02, help="relative 95%% CI half-width to reach (0.02)")
     ap.add_argument("--budget", type=float, default=600, help="seconds per path before giving up (600)")
-    ap.add_argument("--runtime", type=float, default=3.0, help="fio runtime in seconds (default 3)")
+    ap.add_argument("--runtime", type=float, default=2.0,
+                    help="fio runtime in seconds (default 2: runs close in time drift less apart)")
     ap.add_argument("--backing", choices=("ram", "disk"), default="ram",
                     help="the I/O path's loop device image: in /dev/shm (default: the device's own noise, "
                          "other people's disk I/O, stays out of a figure about iolab) or under /var/tmp")
@@ -198,22 +226,29 @@ def main() -> None:
             loop = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(image)], check=True,
                                   capture_output=True, text=True).stdout.strip()
             destroy.append(loop)
-            paths.append(Path_("I/O path", "io", workload_table(args.runtime, "libaio"), {"kind": "device", "device": loop},
+            paths.append(Path_("I/O path", "io", workload_table(args.runtime, "libaio"),
+                               {"kind": "device", "device": loop},
                                Placement(executor=no_exec, path=loop, is_block_device=True)))
         figures = [(p, measure(p, scratch, env, args, destroy)) for p in paths]
 
         fixed = mean_figure("overhead fixed", [s for p in paths for s in p.fixed_s], "s")
         inside = mean_figure("in the trial", [s for p in paths for s in p.in_trial_s], "s")
         print()
+        controls = {p.slug: ratio_figure("overhead control", p.control, args.target) for p, _ in figures}
         for p, f in figures:
-            why = (f"the machine's CPUs were {p.busy.mean():.0%} busy on average during the runs, the measured "
-                   f"fio included; load "
-                   f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: other work; run it on a quiet machine")
-            print(f"{p.label}: per-pair ratios {min(p.ratios):.3f} .. {max(p.ratios):.3f}; {f.verdict(why)}")
+            c = controls[p.slug]
+            why = (f"bare against bare gives {c.line()} here: the machine's own run-to-run noise is "
+                   f"±{c.rel_half_width:.1%}" if not c.reached else
+                   f"the machine's CPUs were {p.busy.mean():.0%} busy on average, the measured fio included; "
+                   f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+            print(f"{p.label}: per-round ratios {min(p.ratios):.3f} .. {max(p.ratios):.3f}, bare/bare "
+                  f"{min(p.control):.3f} .. {max(p.control):.3f}; {f.verdict(why)}")
+            print(f"{p.label}: {_resolution(f, c)}")
         print(f"fixed cost: {inside.value:.2f} s of it inside the trial (probes, executor, parsing: "
               f"{inside.line()}), the rest around it (start-up, target, store, report)")
         print(fixed.line("per one-trial run: iolab run wall time - bare fio wall time"))
         for p, f in figures:
+            print(controls[p.slug].line(f"{p.label}: bare/bare"))
             print(f.line(p.label))
     finally:
         if loop:
@@ -223,6 +258,19 @@ def main() -> None:
         else:
             for d in cleanup:
                 shutil.rmtree(d, ignore_errors=True)
+
+
+def _resolution(test: Figure, control: Figure) -> str:
+    """What the test figure can say, read against the control's interval (the noise floor)."""
+    inside = test.lo <= 1.0 <= test.hi
+    if test.reached:
+        return (f"fio through iolab runs at {test.value:.1%} of bare speed (95% CI ±{test.rel_half_width:.1%}"
+                + ("; 1.0 is inside it: no interference shown)" if inside else ")"))
+    if control.hi - control.lo >= 0.7 * (test.hi - test.lo):
+        return (f"the interval is as wide as bare against bare (±{control.rel_half_width:.1%}): the machine's own "
+                "noise, not iolab, limits the figure" + ("; 1.0 is inside it" if inside else
+                                                          f"; the ratio still differs from 1 ({test.line()})"))
+    return f"wider than bare against bare (±{control.rel_half_width:.1%}): iolab's runs vary more than bare ones"
 
 
 class _NoExec(HostExecutor):
