@@ -12,10 +12,11 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "iolab"
 
 
 def raised_names() -> set[str]:
-    """Every flag name the code raises: 'name: detail' strings appended to a flags list."""
+    """Every flag name the code raises: 'name: detail' strings appended to a flags list or
+    returned as one (a workload's flags_of)."""
     names = set()
     for f in SRC.rglob("*.py"):
-        for m in re.finditer(r'flags?(?:\.append\(|\s*\+?=\s*\[)\s*f?"([a-z_]+): ', f.read_text()):
+        for m in re.finditer(r'(?:flags?(?:\.append\(|\s*\+?=\s*\[)|return \[)\s*f?"([a-z_]+): ', f.read_text()):
             names.add(m.group(1))
     return names
 

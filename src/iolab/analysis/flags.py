@@ -56,6 +56,16 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "iozone_write_on_device": ("iozone's write test on a device overwrites it rather than creating a new file",
                                "see the iozone study page"),
     "loopback": ("client and server both on the host: a baseline, not a network path", "—"),
+    "short_run": ("the run was so short that the tool's clock resolution moves the rate",
+                  "more requests (count or size) per trial"),
+    "delete_skipped": ("varmail skipped deletes whose file another thread had open (as Filebench does): the file "
+                       "set grew during the run", "more files (nfiles) or fewer threads"),
+    "ycsb_failed_operations": ("some YCSB operations failed: the rates count them, the latency percentiles do not",
+                               "read the errors in the trial's output (space, the database's limits)"),
+    "jvm_gc": ("the JVM spent a noticeable share of the phase in garbage collection: latencies include its pauses",
+               "a larger heap (the ycsb workload's `heap`)"),
+    "ycsb_threads_reduced": ("YCSB ran fewer client threads than asked (more threads than operations)",
+                             "more operations or fewer threads"),
 }
 
 
