@@ -115,7 +115,7 @@ def test_dry_run_prints_plan_and_creates_nothing(lab: Lab) -> None:
     assert "will create or touch:" in out
     assert "64m image under " + str(lab.scratch) in out and "loop device" in out
     # each configuration with its timeout
-    assert out.count("timeout") == 2
+    assert out.count("[timeout ") == 2  # one per configuration
     _assert_created_nothing(lab)
 
 
