@@ -116,6 +116,11 @@ def test_dry_run_prints_plan_and_creates_nothing(lab: Lab) -> None:
     assert "64m image under " + str(lab.scratch) in out and "loop device" in out
     # each configuration with its timeout
     assert out.count("[timeout ") == 2  # one per configuration
+    # what the run will touch is one list (the targets' and the workloads' lines, e.g. a device
+    # a job file overwrites), before the configurations: nothing of it lands after them
+    lines = out.splitlines()
+    touch, configs = lines.index("will create or touch:"), lines.index("configurations:")
+    assert touch < configs and all(x.startswith("  - ") for x in lines[touch + 1:configs]), lines
     _assert_created_nothing(lab)
 
 

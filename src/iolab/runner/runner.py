@@ -129,11 +129,12 @@ class Runner:
                  f"order: {s.order}", "will create or touch:"]
         for t in self.targets.values():
             lines += [f"  - {line}" for line in t.describe()]
-        lines.append("configurations (timeouts as on the host; in a TCG guest the estimate is stretched "
-                     f"x{TCG_TIME_FACTOR:g}):")
+        lines.append("configurations:")
         for c in self.spec.configs:
             label = ", ".join(f"{k}={v}" for k, v in c.labels.items()) or "(single)"
             lines.append(f"  - {c.id} {label}  [timeout {self.timeout_for(c):.0f} s, metric {self.main_metric(c)}]")
+        lines.append(f"(timeouts as on the host and under KVM; in a TCG guest the estimate is stretched "
+                     f"x{TCG_TIME_FACTOR:g})")
         return lines
 
     # -- running -------------------------------------------------------------
