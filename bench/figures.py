@@ -54,7 +54,7 @@ class Busy:
         self._t0 = cpu_times()
 
     def stop(self) -> float:
-        busy, total, steal = (a - b for a, b in zip(cpu_times(), self._t0))
+        busy, total, steal = (a - b for a, b in zip(cpu_times(), self._t0, strict=False))
         share = busy / total if total > 0 else 0.0
         self.shares.append(share)
         self.steal_shares.append(steal / total if total > 0 else 0.0)
@@ -100,7 +100,8 @@ class Figure:
         got = f"±{self.rel_half_width:.1%}"
         if self.reached:
             return f"95% CI within ±{self.target:.0%} ({got})"
-        return f"could not reach ±{self.target:.0%}: the 95% CI is {got} after n={self.n}" + (f" ({why})" if why else "")
+        return (f"could not reach ±{self.target:.0%}: the 95% CI is {got} after n={self.n}"
+                + (f" ({why})" if why else ""))
 
 
 def _fmt(x: float) -> str:

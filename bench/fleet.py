@@ -32,11 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from figures import Busy, ratio_figure, stop_on_signals, until_narrow  # noqa: E402
+from tests.fleet.netns_hosts import NsHost, ns_fleet  # noqa: E402
 
 from iolab.core.exec import HostExecutor  # noqa: E402
 from iolab.targets.base import Placement  # noqa: E402
 from iolab.workloads.fio import FioParams, FioWorkload  # noqa: E402
-from tests.fleet.netns_hosts import NsHost, ns_fleet  # noqa: E402
 
 IOLAB = REPO / ".venv" / "bin" / "iolab"
 SIZE = "32M"

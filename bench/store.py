@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from figures import mean_figure, until_narrow, stop_on_signals
+from figures import mean_figure, stop_on_signals, until_narrow
 
 from iolab.core.model import TrialResult
 from iolab.store import registry

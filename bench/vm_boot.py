@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 
-from figures import Busy, mean_figure, until_narrow, stop_on_signals
+from figures import Busy, mean_figure, stop_on_signals, until_narrow
 
 from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
@@ -70,7 +70,8 @@ def main() -> None:
                        max_n=max_boots, budget_s=args.budget)
     why = (f"the machine's CPUs were {busy.mean():.0%} busy on average, load {os.getloadavg()[0]:.1f} on "
            f"{os.cpu_count()} CPUs")
-    print(f"median {statistics.median(times):.2f} s, min {min(times):.2f} s, max {max(times):.2f} s; {fig.verdict(why)}")
+    print(f"median {statistics.median(times):.2f} s, min {min(times):.2f} s, max {max(times):.2f} s; "
+          f"{fig.verdict(why)}")
     print(fig.line())
 
 
