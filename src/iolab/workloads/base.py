@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from iolab.core.exec import ExecRequest
 from iolab.core.metrics import RUNNER_METRICS, Metric, MetricSet
 from iolab.targets.base import Placement
 
@@ -72,3 +73,9 @@ class Workload(ABC):
     def describe(self) -> list[str]:
         return [f"workload {self.kind}: " + ", ".join(
             f"{k}={v}" for k, v in self.params.model_dump().items() if k != "kind")]
+
+
+def remove_own_file(placement: Placement, path: str) -> None:
+    """Delete a file the trial made itself (a name it chose, in the target's directory) through
+    the executor, so it also works where the file lives (a guest)."""
+    placement.executor.run(ExecRequest(argv=["rm", "-f", "--", path], timeout_s=60))

@@ -43,7 +43,7 @@ from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
 from iolab.core.units import format_size, parse_size
 from iolab.targets.base import Placement
-from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult, remove_own_file
 
 MiB = float(1 << 20)
 DEFAULT_SIZE = 32 << 20
@@ -291,7 +291,7 @@ class QemuImgBenchWorkload(Workload):
             res = placement.executor.run(ExecRequest(argv=argv, timeout_s=_left(deadline)))
         finally:
             if created:
-                _remove(placement, created)
+                remove_own_file(placement, created)
         raw = parse(res, timeout_s)
         _check_asked(raw, p)
         metrics = metrics_of(raw, p.depth)
@@ -338,10 +338,6 @@ def _largest_block(size: int) -> int:
         chunk //= 2
     return chunk
 
-
-def _remove(placement: Placement, path: str) -> None:
-    """Delete the trial's own image (a name it made itself, in the target's directory)."""
-    placement.executor.run(ExecRequest(argv=["rm", "-f", "--", path], timeout_s=60))
 
 
 def parse(res: ExecResult, timeout_s: float) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from iolab.core.metrics import Metric
 from iolab.core.units import format_size, parse_size
 from iolab.native import helper_for as native_helper_for
 from iolab.targets.base import Placement
-from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult, remove_own_file
 
 HELPER = "iolab_writemode"
 MIN_BS = 512
@@ -105,7 +105,7 @@ class WriteModeWorkload(Workload):
         try:
             res = placement.executor.run(ExecRequest(argv=argv, timeout_s=timeout_s))
         finally:
-            _remove(placement, path)
+            remove_own_file(placement, path)
         raw = _parse(res, timeout_s)
         return WorkloadResult(metrics=metrics_of(raw), raw=raw, job_text=shlex.join(argv),
                               flags=flags_of(raw), cpu_busy=res.cpu_busy)
@@ -119,10 +119,6 @@ class WriteModeWorkload(Workload):
 def helper_for(placement: Placement) -> str:
     return native_helper_for(HELPER, placement)
 
-
-def _remove(placement: Placement, path: str) -> None:
-    """Delete the trial's file through the executor, so it also works where the file lives."""
-    placement.executor.run(ExecRequest(argv=["rm", "-f", "--", path], timeout_s=60))
 
 
 def _parse(res: ExecResult, timeout_s: float) -> dict[str, Any]:
