@@ -55,13 +55,42 @@ def _clean_veth(res: Resource) -> None:
         _ip("link", "del", res.ident)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live process below pid (fio's server forks each job into a session of its own,
+    so killing the server's process group does not reach the job)."""
+    children: dict[int, list[int]] = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(p))
+        except (OSError, ValueError, IndexError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _kill_server_tree(pid: int) -> None:
+    """SIGKILL the server's process group and every job it forked."""
+    below = _descendants(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for c in below:
+        try:
+            os.kill(c, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _clean_server(res: Resource) -> None:
     pid, start = int(res.info.get("pid", 0)), int(res.info.get("start", 0))
     if pid and owners.is_alive(pid, start):
-        try:
-            os.killpg(pid, signal.SIGKILL)  # the server and the job process it forked
-        except ProcessLookupError:
-            pass
+        _kill_server_tree(pid)
         deadline = time.monotonic() + 10
         while owners.is_alive(pid, start) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -107,9 +136,9 @@ class NsHost:
     server_res: Resource | None = None
 
     def kill_server(self) -> None:
-        """SIGKILL the server's process group (a forked job process dies with it)."""
+        """SIGKILL the server and the jobs it forked, as a crashed host would lose them."""
         if self.server and self.server.poll() is None:
-            os.killpg(self.server.pid, signal.SIGKILL)
+            _kill_server_tree(self.server.pid)
             self.server.wait(timeout=10)
 
 

@@ -24,12 +24,32 @@ def lab(tmp_path: Path) -> Any:
         lab.force_cleanup()
 
 
-def _device_open(device: str) -> bool:
-    """Some process holds the device open (the fio job a server forked)."""
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = _parent(pid)
+    return False
+
+
+def _device_open(device: str, server: int | None = None) -> bool:
+    """Some process holds the device open; with server, only a job that server forked.
+
+    Waiting for the load needs the server: iolab's disk guard opens the device too (signature
+    check) before the probes, and acting then would hit the run before load, another test's
+    case. fio's server forks each job into a new session, so ancestry, not the process group.
+    """
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
+            if server is not None and not _descends_from(int(pid), server):
+                continue
             fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
+        except (OSError, ValueError, IndexError):
             continue
         for fd in fds:
             try:
@@ -44,7 +64,8 @@ def test_server_killed_mid_trial_fails_only_that_host(lab: Lab, fleet3: list[NsH
     victim = fleet3[1]
     proc = lab.popen("run", lab.spec(fleet_spec(fleet3, runtime=3, reps=1)))
     deadline = time.monotonic() + 120
-    while not _device_open(victim.device):
+    assert victim.server is not None
+    while not _device_open(victim.device, victim.server.pid):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     time.sleep(0.7)
@@ -119,7 +140,7 @@ def test_ctrl_c_stops_every_hosts_job(lab: Lab, fleet3: list[NsHost]) -> None:
 
     proc = lab.popen("run", lab.spec(fleet_spec(fleet3, runtime=30, reps=1)))
     deadline = time.monotonic() + 120
-    while not all(_device_open(h.device) for h in fleet3):
+    while not all(h.server is not None and _device_open(h.device, h.server.pid) for h in fleet3):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
