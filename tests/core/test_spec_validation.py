@@ -41,6 +41,12 @@ BAD_SPECS = {
                         "extra", ["unknown key"]),
     "empty-axis": (study_table("bad") + LOOP_TARGET + fio_workload(bs=[]), "workload.bs", ["axis"]),
     "toml-syntax": ("[study\nname = 'x'\n", "(syntax)", []),
+    "unknown-study-probe": (study_table("bad", probes=["qemu_syscals"]) + LOOP_TARGET + fio_workload(),
+                            "study.probes", ["qemu_syscals", "qemu_syscalls"]),
+    "unknown-workload-probe": (study_table("bad") + LOOP_TARGET + fio_workload(probes=["strace"]),
+                               "workload.probes", ["strace", "guest_blocktrace"]),
+    "probes-not-a-list": (study_table("bad") + LOOP_TARGET + fio_workload(probes="qemu_syscalls"),
+                          "workload.probes", ["tuple"]),
 }
 
 
@@ -171,6 +177,22 @@ def test_iozone_study_sizes_files_in_whole_records_as_iozone_does() -> None:
     assert sizes == {"100m": ["4k", "4m"], "96m": ["16m"]}, "iozone -s 100M -r 16384k writes 6 records = 96 MiB"
     assert iozone.workloads(["write"], ["4k", "16m"], "32M") == {
         "workload": {"kind": "iozone", "test": ["write"], "record": ["4k", "16m"], "file_size": "32m"}}
+
+
+def test_a_workloads_own_probes_replace_the_studys_and_stay_out_of_ids_when_unset() -> None:
+    """`probes` in a workload table is part of its configuration (so the same workload with and
+    without a tracer are two configurations); unset, the configuration is what it was before
+    the key existed, so stored runs keep their ids."""
+    from iolab.core.model import config_id
+    from iolab.studies.spec import from_dict
+
+    doc = {"study": {"name": "p", "probes": ["qemu_syscalls"]}, "target": {"kind": "loop"},
+           "workloads": [{"name": "count", "kind": "fio", "rw": "read"},
+                         {"name": "speed", "kind": "fio", "rw": "read", "probes": []}]}
+    count, speed = from_dict(doc, "t").configs
+    assert "probes" not in count.workload and speed.workload["probes"] == []
+    assert count.id != speed.id
+    assert count.id == config_id(count.target, {k: v for k, v in speed.workload.items() if k != "probes"})
 
 
 def test_a_workload_runs_only_on_the_targets_it_names() -> None:

@@ -123,6 +123,33 @@ def test_r3_counts_decide_even_under_tcg() -> None:
     assert r["verdict"] == DIFFERS and "1.50" in r["value"] and "2.00 flushes per fdatasync" in r["reason"], r
 
 
+def _cost_doc(values: dict[tuple[str, str], list[float]], tcg: bool) -> dict[str, Any]:
+    from iolab.studies.sync_amplification.cost import analyze_cost
+    from tests.studies.test_sync_cost import _doc
+
+    d = _doc(values)
+    d.update(run_id="r3", status="complete", findings={"accel": "tcg" if tcg else "kvm",
+                                                       "cost": analyze_cost(d, tcg)})
+    return d
+
+
+def test_r3_cost_claims_read_the_cost_sections_family_verdicts() -> None:
+    fast = {("dd-append", "qcow2"): [100, 102, 98], ("dd-append", "raw"): [190, 200, 195],
+            ("dd-overwrite", "qcow2"): [100, 102, 98], ("dd-overwrite", "raw"): [104, 101, 103],
+            ("varmail", "qcow2"): [500, 505, 495], ("varmail", "raw"): [530, 520, 525]}
+    rows = evaluate({"sync-amplification": _cost_doc(fast, tcg=False)}, quick=True)
+    big, small = by_id(rows, "R3-cost-dd-append"), by_id(rows, "R3-cost-small")
+    assert big["verdict"] == HOLDS and big["value"].startswith("dd append +9"), big
+    assert small["verdict"] == HOLDS and "dd overwrite" in small["value"] and "varmail" in small["value"], small
+    same = {**fast, ("dd-append", "raw"): [101.0, 99.0, 100.0]}  # no gain where R3 saw +81 %
+    big = by_id(evaluate({"sync-amplification": _cost_doc(same, tcg=False)}, quick=True), "R3-cost-dd-append")
+    assert big["verdict"] == DIFFERS and "below a 20% gain" in big["reason"], big
+    tcg = by_id(evaluate({"sync-amplification": _cost_doc(fast, tcg=True)}, quick=True), "R3-cost-dd-append")
+    assert tcg["verdict"] == UNTESTABLE and "TCG" in tcg["reason"], tcg
+    old = by_id(evaluate({"sync-amplification": syncamp_doc(3.0, 6.0)}, quick=True), "R3-cost-small")
+    assert old["verdict"] == UNTESTABLE and "no cost section" in old["reason"], old
+
+
 # -- R4 -------------------------------------------------------------------------------------------
 def est(m: float, h: float = 0.1) -> dict[str, Any]:
     return {"mean": m, "ci95": [m - h, m + h], "n": 3}

@@ -48,6 +48,8 @@ MODULE_EXCEPTIONS: dict[str, dict[str, str]] = {
     "fleet": {"iolab.workloads.fio_engine": "fio's job text and JSON: the fleet drives fio like a workload does"},
     "targets": {"iolab.workloads.fio_engine": "the fleet target reads fio's JSON like the fio workload"},
     "workloads": {"iolab.fleet.metrics": "the fio workload declares the per-host metrics it yields on a fleet"},
+    "studies": {"iolab.probes.registry": "a spec names the probes it wants (study.probes, a workload's probes): "
+                                         "validation checks each name against the registry"},
 }
 # late (function-level) imports of iolab modules, allowed where the module says why
 LATE_OK = {

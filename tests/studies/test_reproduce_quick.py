@@ -38,6 +38,14 @@ def test_reproduce_quick_page_has_every_claim_with_a_verdict_and_a_reason(reprod
     # R2's block-size effect is measured on the host (no guest): its verdict must follow the rule
     # on the interval this machine measured, and the effect must show in the direction the paper says
     _check_block_size_verdict(rows["R2-block-size"])
+    # R3's cost claims read the sync-amplification run's cost section: speed ratios, so under
+    # TCG not testable (with the numbers shown), never a verdict
+    sync = reproduced.lab.report_json(reproduced.children["sync-amplification"])
+    for cid in ("R3-cost-dd-append", "R3-cost-small"):
+        r = rows[cid]
+        assert r["value"] != "–" and "no cost section" not in r["reason"], r
+        if sync["findings"]["accel"] == "tcg":
+            assert r["verdict"] == claims.UNTESTABLE and "TCG" in r["reason"], r
 
 
 def _check_block_size_verdict(row: dict) -> None:

@@ -31,6 +31,9 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "fleet_percentiles_whole_run": ("no histogram log fell inside the common window: the aggregate's latency "
                                     "percentiles merge each host's whole job, ramp and lone seconds included",
                                     "a longer runtime (at least a few log intervals in which every host ran)"),
+    "not_prefilled": ("the guest disk was not written before the trials: reads of never-written regions hit "
+                      "holes (raw) or unallocated clusters (qcow2) and cost no device I/O",
+                      "prefill = true on the qemu target when reads matter (write-only studies need not)"),
     "tcg_emulation": ("the guest ran under software emulation: timings measure the emulator",
                       "use a machine with working KVM for speed; counts still hold"),
     "kernel_fio_disagree": ("the kernel's per-group counters and fio's own totals differ",

@@ -286,7 +286,8 @@ class Runner:
                 target.reset_between_trials(placement)
                 cgroup = TrialCgroup.create(self.ledger)  # every host process of the trial lives in it
                 here = placement.within(cgroup)
-                wanted = set(self.spec.settings.probes)
+                own = c.workload.get("probes")  # a workload's own list replaces the study's
+                wanted = set(self.spec.settings.probes if own is None else own)
                 probes = [p() for p in probe_classes() if (p.default or p.name in wanted) and p.applies_to(here)]
                 for p in probes:
                     p.start(here)

@@ -12,7 +12,12 @@ Hostile input is an input error like any other: the file is read with a size cap
 if it is a regular file (core.inputs); nesting, strings (NUL, control characters, length),
 non-finite numbers and booleans given for numbers are refused by key before any model
 sees them; the number of configurations is computed from the axis lengths and refused
-above MAX_CONFIGS before the matrix is expanded.
+above MAX_CONFIGS before the matrix is expanded. The probes a spec names (study.probes, or
+a workload's own `probes`, which replaces the study's for that workload's trials) must exist.
+
+Size: one contract, read as one: every way a document can be wrong, each reported by its key
+path, before the matrix exists. Split by table, the checks that cross tables (a workload's
+targets, the metric every workload must declare, the matrix size) would have no home.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from iolab.core import metrics, registry
 from iolab.core.errors import SpecError
 from iolab.core.inputs import parse_user_toml, read_user_text
 from iolab.core.model import Config
+from iolab.probes.registry import probe_classes
 from iolab.core.units import parse_duration
 from iolab.studies import fio_import
 
@@ -113,6 +119,8 @@ def from_dict(doc: dict[str, Any], source: str, options: dict[str, Any] | None =
         problems.append(("study.max_repetitions", f"must be >= study.repetitions ({settings.repetitions})"))
     if settings and settings.metric and configs and not problems:
         _check_metric(settings.metric, configs, problems)
+    if settings and not problems:
+        _check_probes(settings, workloads, problems)
     if problems:
         raise SpecError(source, _dedupe(problems))
     assert settings is not None
@@ -336,7 +344,10 @@ def _expand(plan: _Plan | None, problems: list[tuple[str, str]]) -> list[tuple[s
             problems.extend(bools)
             continue
         try:
-            out.append((plan.name, plan.cls.Params(**params).model_dump(mode="json"), list(plan.axes), plan.path))
+            dumped = plan.cls.Params(**params).model_dump(mode="json")
+            if dumped.get("probes") is None:
+                dumped.pop("probes", None)  # unset: the study's probes; not part of the configuration's id
+            out.append((plan.name, dumped, list(plan.axes), plan.path))
         except ValidationError as exc:
             problems.extend(_pydantic_problems(plan.path, exc))
         except (ValueError, TypeError, ArithmeticError, OSError) as exc:
@@ -352,6 +363,20 @@ def _is_list_field(model: type[BaseModel], key: str) -> bool:
     origin = typing.get_origin(f.annotation)
     return origin in sequence or (origin in (typing.Union, getattr(__import__("types"), "UnionType", None))
                                   and any(typing.get_origin(a) in sequence for a in typing.get_args(f.annotation)))
+
+
+def _check_probes(settings: StudySettings, workloads: list[tuple[str, dict]],
+                  problems: list[tuple[str, str]]) -> None:
+    """study.probes and a workload's `probes` name probes this build has; a misspelt one would
+    otherwise measure nothing and say nothing."""
+    known = {p.name for p in probe_classes()}
+    named = [("study.probes", settings.probes)] + [(f"{path}.probes", t["probes"]) for path, t in workloads
+                                                    if isinstance(t.get("probes"), list)]
+    for where, names in named:
+        bad = [n for n in names if n not in known]
+        if bad:
+            problems.append((where, f"no probe named {', '.join(map(repr, bad))}; the probes are "
+                                    f"{', '.join(sorted(known))}"))
 
 
 def _check_metric(metric: str, configs: list[Config], problems: list[tuple[str, str]]) -> None:

@@ -279,7 +279,7 @@ class QemuGuestTarget(Target):
         flags = ["tcg_emulation: the guest runs under software emulation; timings are not "
                  "representative of KVM"] if accel.accel == "tcg" else []
         if not p.prefill:
-            flags.append("reads of never-written regions hit holes or unallocated clusters")
+            flags.append("not_prefilled: reads of never-written regions hit holes or unallocated clusters")
         return {
             "target": "qemu", "accel": accel.accel, "accel_reason": accel.reason,
             "qemu_version": qemu_version(), "qemu_cmdline": list(self.vm.argv),

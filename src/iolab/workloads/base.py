@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import RUNNER_METRICS, Metric, MetricSet
@@ -16,6 +16,11 @@ from iolab.targets.base import Placement
 class WorkloadParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: str
+    # Costly probes (a syscall tracer on QEMU) slow what they watch: a workload that measures
+    # speed beside one that counts can run without them. Left out of the configuration when
+    # unset (studies/spec.py), so configuration ids stay what they were.
+    probes: tuple[str, ...] | None = Field(None, description="the extra probes of this workload's trials, instead "
+                                                              "of study.probes ([] = none: speed without a tracer)")
 
 
 @dataclass

@@ -6,13 +6,16 @@ the I/O (buffered, psync, fdatasync=1, end_fsync=1), so one trial makes `count` 
 `count` data syncs: count-1 fdatasync() calls counted by fio (sync.lat_ns.N) plus the
 final fsync().
 
-sequential: what `dd if=/dev/zero of=TARGET bs=64k count=N oflag=dsync` does. The file or
+sequential (R3's dd append): what `dd if=/dev/zero of=TARGET bs=64k count=N oflag=dsync` does. The file or
 device is opened with O_DSYNC (fio sync=dsync) and written sequentially with plain
 buffered pwrite(); no fdatasync()/fsync() call is made at all. Each O_DSYNC write returns
 only once its data is durable: the kernel runs the same data sync as fdatasync() on that
 range before returning (generic_write_sync), so **each write is its own sync** and the
 trial's data syncs = `count` writes (fio's sync.lat_ns.N must stay 0). Layout as append:
 a region / new file never written before.
+
+sequential-overwrite (R3's dd overwrite, `conv=notrunc`): the same O_DSYNC writes, in order,
+over the overwrite region (prepared as for overwrite): allocated, so no metadata to update.
 
 Why not plain kind "fio": the two patterns need a layout that survives repetitions on a
 shared target, and fio's options cannot express "a region nobody wrote before":
@@ -55,7 +58,7 @@ OVERWRITE_FILE = "iolab-sync-overwrite.dat"
 
 class SyncWritesParams(WorkloadParams):
     kind: Literal["sync-writes"] = "sync-writes"
-    pattern: Literal["append", "overwrite", "sequential"] = "append"
+    pattern: Literal["append", "overwrite", "sequential", "sequential-overwrite"] = "append"
     bs: int = Field(64 << 10, description="bytes per write, bytes or '64k'")
     count: int = Field(128, ge=2, le=100_000, description="writes (= data syncs) per trial")
 
@@ -67,6 +70,16 @@ class SyncWritesParams(WorkloadParams):
     @property
     def region(self) -> int:
         return self.bs * self.count
+
+    @property
+    def dsync(self) -> bool:
+        """O_DSYNC writes (dd oflag=dsync): each write its own sync, no sync calls."""
+        return self.pattern in ("sequential", "sequential-overwrite")
+
+    @property
+    def overwrites(self) -> bool:
+        """Writes into the region prepared once before the trials (prepare_overwrite)."""
+        return self.pattern in ("overwrite", "sequential-overwrite")
 
 
 def _sh(placement: Placement, script: str, *args: str, timeout_s: float = 60) -> str:
@@ -133,12 +146,13 @@ class SyncWritesWorkload(Workload):
         glob: dict[str, Any] = {"size": p.region, "bs": p.bs, "ioengine": "psync", "direct": False,
                                 "fdatasync": 1, "end_fsync": True, "randrepeat": False, "fallocate": "none",
                                 "iodepth": 1, "numjobs": 1, "group_reporting": True}
-        if p.pattern == "sequential":
+        if p.dsync:
             # dd oflag=dsync: O_DSYNC open, every write durable on return, no sync calls at all
             glob.update(fdatasync=None, end_fsync=False, sync="dsync")
         where: dict[str, Any] = {"pattern": p.pattern}
-        if p.pattern == "overwrite":
-            glob.update(filename=overwrite_filename(placement), offset=0, rw="randwrite")
+        if p.overwrites:  # Mobibench overwrite: random order; dd conv=notrunc: in order
+            glob.update(filename=overwrite_filename(placement), offset=0,
+                        rw="write" if p.dsync else "randwrite")
             where["filename"] = glob["filename"]
         else:  # append, sequential: a region / file never written before
             slot = next_append_slot(placement)
@@ -157,7 +171,7 @@ class SyncWritesWorkload(Workload):
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         p = self.params
         flags = []
-        if p.pattern == "overwrite" and prepare_overwrite(placement, p, timeout_s):
+        if p.overwrites and prepare_overwrite(placement, p, timeout_s):
             flags.append("prefill_in_trial: the overwrite region was written during this trial, so its "
                          "probe counts include the prefill")
         job, where = self._job(placement)
@@ -168,7 +182,7 @@ class SyncWritesWorkload(Workload):
         writes = int(sum(float((j.get("write") or {}).get("total_ios", 0)) for j in jobs))
         if writes != p.count:
             raise TrialFailed(f"sync-writes: fio made {writes} writes, expected {p.count}")
-        if p.pattern == "sequential":
+        if p.dsync:
             # O_DSYNC: no sync calls; each write is its own data sync (docs/studies/sync-amplification.md)
             metrics.update({"guest_writes": float(writes), "guest_fdatasync_calls": float(fdatasyncs),
                             "guest_end_fsync": 0.0, "guest_dsync_writes": float(writes),

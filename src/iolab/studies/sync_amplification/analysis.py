@@ -10,7 +10,8 @@ from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
 from iolab.studies.common import ok_trials, size_label
-from iolab.studies.sync_amplification.spec import DEFAULTS, OPTION_KEYS, PATTERNS
+from iolab.studies.sync_amplification.cost import analyze_cost
+from iolab.studies.sync_amplification.spec import COUNT_WORKLOAD, DEFAULTS, OPTION_KEYS, PATTERNS
 
 R3_CLAIM = 3.0  # "at least three host fdatasync() per guest fdatasync() on qcow2"
 
@@ -155,7 +156,9 @@ def measured_recommendations(amp: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def analyze(doc: dict[str, Any]) -> dict[str, Any]:
     est = RunEstimator(doc)  # a fixed number of writes per trial: harmonic mean, adaptive-stopping interval
-    trials = [t for t in ok_trials(doc) if t["params"].get("_workload", {}).get("kind") == "sync-writes"]
+    # the counted trials (probes on); a run from before the cost section has no workload label
+    trials = [t for t in ok_trials(doc) if t["params"].get("_workload", {}).get("kind") == "sync-writes"
+              and t["params"].get("workload", COUNT_WORKLOAD) == COUNT_WORKLOAD]
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
         groups[_key(t)].append(t)
@@ -167,7 +170,7 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         per = [trial_counts(t) for t in ts]
         row: dict[str, Any] = {"format": fmt, "pattern": pattern, "guest_fs": fs, "options": dict(opts),
                                "trials": len(ts),
-                               "guest_sync_kind": "O_DSYNC write" if pattern == "sequential" else "fdatasync"}
+                               "guest_sync_kind": "O_DSYNC write" if pattern.startswith("sequential") else "fdatasync"}
         for k in per[0]:
             row[k] = _avg([p[k] for p in per])
         probes = [((t.get("probes") or {}).get("qemu_syscalls") or {}) for t in ts]
@@ -193,7 +196,7 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
                     "syncs_per_s": est.harmonic(iops).as_dict("writes+syncs/s") if iops else None,
                     "accel": accel, "tcg": accel == "tcg"})
     return {"accel": accel, "amplification": amp, "throughput": thr, "r3_claim_host_syncs_per_guest_sync": R3_CLAIM,
-            "recommendations": measured_recommendations(amp)}
+            "recommendations": measured_recommendations(amp), "cost": analyze_cost(doc, accel == "tcg")}
 
 
 def _order(key: tuple) -> tuple:

@@ -12,11 +12,10 @@ def before_group(ctx: GroupContext) -> GroupDecision | None:
     """Prefill the overwrite region of every (bs, count) about to run on this target; skips nothing."""
     done = set()
     for c in ctx.configs:
-        w = dict(c.workload)
-        if w.get("pattern") != "overwrite":
+        if c.workload.get("kind") != "sync-writes":
             continue
-        p = SyncWritesParams(**w)
-        if (p.bs, p.count) not in done:
+        p = SyncWritesParams(**c.workload)
+        if p.overwrites and (p.bs, p.count) not in done:
             prepare_overwrite(ctx.placement, p)
             done.add((p.bs, p.count))
     return None

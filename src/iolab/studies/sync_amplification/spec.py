@@ -1,7 +1,12 @@
 """sync-amplification's spec: a guest's known number of durable 64 KiB writes per pattern, on
 raw and qcow2 images (and, in the full study, every qcow2 option and cache/aio mode that
 changes the count), on the raw guest disk and in a guest ext4; the syscall and guest block
-tracepoint probes on."""
+tracepoint probes on.
+
+Then what the syncs cost (R3's applications): on the guest ext4 of the configurations that
+keep or remove qcow2's ordering syncs, each application workload of APPS runs again with
+no costly probe (`probes = []`: strace on QEMU would slow exactly the syncs being priced).
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,33 @@ SUMMARY = ("R3: host syncs and device flushes per guest data sync, raw vs qcow2 
 OPTION_KEYS = ("cluster_size", "preallocation", "lazy_refcounts", "cache", "aio", "bus")
 DEFAULTS = {"bus": "virtio-blk", "cache": "none", "aio": "threads", "cluster_size": None,
             "preallocation": "off", "lazy_refcounts": False}
-PATTERNS = ("append", "overwrite", "sequential")
+PATTERNS = ("append", "overwrite", "sequential", "sequential-overwrite")
 PATTERNS_QUICK = ("append", "overwrite", "sequential")
+COUNT_WORKLOAD = "count"  # the workload table whose trials are counted (probes on)
+
+# R3's applications, each as iolab runs it, with R3's published change of barrier QEMU over
+# stock QEMU (throughput, %). `quick`: part of the quick study. YCSB needs a JVM in the guest,
+# which the built-in guest has not (APPS_NOT_IN_GUEST says so in the report).
+APPS: dict[str, dict[str, Any]] = {
+    "dd-append": {"r3": "dd append", "r3_gain_pct": 81.1, "quick": True,
+                  "workload": {"kind": "sync-writes", "pattern": "sequential"}},
+    "dd-overwrite": {"r3": "dd overwrite", "r3_gain_pct": 4.5, "quick": True,
+                     "workload": {"kind": "sync-writes", "pattern": "sequential-overwrite"}},
+    "mobibench-append": {"r3": "Mobibench append", "r3_gain_pct": 4.7, "quick": False,
+                         "workload": {"kind": "sync-writes", "pattern": "append"}},
+    "mobibench-overwrite": {"r3": "Mobibench overwrite", "r3_gain_pct": -2.7, "quick": False,
+                            "workload": {"kind": "sync-writes", "pattern": "overwrite"}},
+    "varmail": {"r3": "Filebench varmail", "r3_gain_pct": 9.2, "quick": True,
+                "workload": {"kind": "varmail", "iosize": "64k"}},
+}
+APPS_NOT_IN_GUEST = {
+    "YCSB insert": (3.3, "YCSB needs a JVM: the built-in guest (a small initramfs) has none"),
+    "YCSB update": (0.6, "as YCSB insert"),
+}
+# The configurations that remove qcow2's ordering syncs play R3's barrier QEMU; default qcow2
+# plays stock QEMU. (name of the target variant, as in build()) -> the role it plays.
+COST_VARIANTS = ("qcow2", "raw", "qcow2-lazy", "qcow2-prealloc-metadata", "qcow2-prealloc-falloc")
+COST_BASELINE = "qcow2"
 
 
 def build(quick: bool) -> dict[str, Any]:
@@ -42,11 +72,36 @@ def build(quick: bool) -> dict[str, Any]:
         ]
     for name, extra in variants:
         for fs in ("none", "ext4"):
-            targets.append(dict(base, **extra, name=f"{name}/{fs}", guest_fs=fs))
+            helpers = {"native_helpers": ["iolab_varmail"]} if fs == "ext4" and name in COST_VARIANTS else {}
+            targets.append(dict(base, **extra, **helpers, name=f"{name}/{fs}", guest_fs=fs))
     return {
         "study": {"name": NAME, "analysis": NAME, "repetitions": 3, "max_repetitions": 3 if quick else 5,
                   "ci_target": 0.1, "description": SUMMARY, "probes": ["qemu_syscalls", "guest_blocktrace"]},
         "targets": targets,
-        "workload": {"kind": "sync-writes", "pattern": list(PATTERNS_QUICK if quick else PATTERNS), "bs": "64k",
-                     "count": count},
+        "workloads": [{"name": COUNT_WORKLOAD, "kind": "sync-writes",
+                       "pattern": list(PATTERNS_QUICK if quick else PATTERNS), "bs": "64k", "count": count},
+                      *cost_workloads(quick, [t["name"] for t in targets])],
     }
+
+
+def cost_workloads(quick: bool, target_names: list[str]) -> list[dict[str, Any]]:
+    """APPS on the guest ext4 of COST_VARIANTS, without costly probes.
+
+    Sizes: 4x the counted writes per trial (a trial of seconds, not a fraction of one, under
+    TCG too); the appends' files stay (each trial a new one), so 3 (quick) or 5 repetitions
+    fit the guest disk. varmail keeps varmail.f's file set in the full study (R3 ran it for
+    180 s; 60 s here) and a smaller one in the quick study.
+    """
+    on = [f"{v}/ext4" for v in COST_VARIANTS if f"{v}/ext4" in target_names]
+    writes = 256 if quick else 512
+    out = []
+    for name, app in APPS.items():
+        if quick and not app["quick"]:
+            continue
+        w: dict[str, Any] = dict(app["workload"], name=name, targets=on, probes=[])
+        if w["kind"] == "sync-writes":
+            w.update(bs="64k", count=writes)
+        else:
+            w.update(duration="8s" if quick else "60s", nfiles=200 if quick else 1000)
+        out.append(w)
+    return out

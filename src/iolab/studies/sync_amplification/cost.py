@@ -1,0 +1,140 @@
+"""What the extra syncs cost an application (R3's second question), pure.
+
+For each application of spec.APPS (dd and Mobibench append/overwrite, varmail) on the guest
+ext4 of each configuration in spec.COST_VARIANTS: throughput and mean latency, and the
+ratio against default qcow2 (the configuration that keeps qcow2's ordering syncs, R3's
+"stock QEMU"). The configurations that remove those syncs (raw, lazy_refcounts,
+preallocation) play R3's barrier QEMU, and their change is set beside R3's published one.
+
+R3's finding is about size: dd append gains a lot when ordering gets cheaper (+81.1 %),
+every other application little (-2.7 .. +9.2 %). So the claim checked per application is
+its class: "large" (R3 >= +20 %: the measured ratio is >= 1.2) or "small" (the ratio stays
+within [1/1.2, 1.2]). Removing the syncs is not a barrier (a barrier still orders; raw has
+nothing to order), so only the class is compared, never the exact percentage.
+
+Intervals: every ratio has the run's adaptive-stopping interval (RunEstimator). The
+verdicts form one family, so each verdict reads a wider, simultaneous interval: Bonferroni
+over the verdicts and over the looks of the stopping rule (tail 0.05 / (verdicts x looks)),
+which keeps the family's 95 % whatever the correlation. Fixed-work applications (dd,
+Mobibench: a set number of writes per trial) compare by mean time per write, i.e. the ratio
+of harmonic means; time-based ones (varmail) by mean rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.stats import Estimate, ratio_ci
+from iolab.studies.common import ok_trials
+from iolab.studies.sync_amplification.spec import APPS, APPS_NOT_IN_GUEST, COST_BASELINE, COST_VARIANTS
+
+FAMILY_ALPHA = 0.05
+LARGE = 1.2   # R3's "large" gain: >= +20 % (dd append +81.1 %); "small": within a factor 1.2 either way
+# How each application's trials are read: the throughput metric, its unit, whether the work
+# per trial is fixed (harmonic), and the latency of one operation (µs) from a trial's metrics.
+THROUGHPUT = {"sync-writes": ("write_iops", "durable writes/s", True), "varmail": ("ops_per_s", "ops/s", False)}
+
+
+def _latency_us(kind: str, m: dict[str, Any]) -> float | None:
+    """Mean time of one operation: a write plus its fdatasync (none with O_DSYNC), or varmail's mean."""
+    if kind == "sync-writes":
+        w = m.get("write_lat_mean_us")
+        return None if w is None else w + (m.get("sync_lat_mean_us") or 0.0)
+    return m.get("lat_mean_us")
+
+
+def _app_trials(doc: dict[str, Any], app: str, variant: str) -> list[dict[str, Any]]:
+    return [t for t in ok_trials(doc) if t["params"].get("workload") == app
+            and t["params"].get("target") == f"{variant}/ext4"]
+
+
+def _values(trials: Sequence[dict[str, Any]], metric: str) -> list[float]:
+    return [float(t["metrics"][metric]) for t in trials if isinstance(t["metrics"].get(metric), (int, float))]
+
+
+def _inverse(vs: Sequence[float]) -> list[float]:
+    return [1.0 / v for v in vs if v > 0]
+
+
+def throughput_ratio(num: Sequence[float], den: Sequence[float], fixed_work: bool,
+                     ratio: Any) -> Estimate:
+    """num/den of two configurations' throughput; for fixed work the ratio of harmonic means
+    (mean time per operation, inverted), so the interval is the exact one for that statistic."""
+    return ratio(_inverse(den), _inverse(num)) if fixed_work else ratio(list(num), list(den))
+
+
+def claim_class(r3_gain_pct: float) -> str:
+    return "large" if 1 + r3_gain_pct / 100 >= LARGE else "small"
+
+
+def verdict(e: Estimate, cls: str, tcg: bool) -> tuple[str, str]:
+    """(holds | differs | undecided | not testable here, the reason in one sentence)."""
+    if tcg:
+        return "not testable here", "under TCG the emulated CPU, not the disk, sets the speed (counts still hold)"
+    if not (e.n >= 2 and e.lo == e.lo and e.hi == e.hi) or e.hi == float("inf"):
+        return "undecided", "too few repetitions for an interval"
+    span = f"[{e.lo:.2f}, {e.hi:.2f}]"
+    if cls == "large":
+        if e.lo >= LARGE:
+            return "holds", f"the whole interval {span} is a gain of at least {LARGE - 1:.0%}, as R3's"
+        if e.hi < LARGE:
+            return "differs", f"the interval {span} stays below a {LARGE - 1:.0%} gain: the syncs cost little here"
+        return "undecided", f"the interval {span} straddles {LARGE:.1f}"
+    if 1 / LARGE <= e.lo and e.hi <= LARGE:
+        return "holds", f"the whole interval {span} is within a factor {LARGE:.1f}: a small effect, as R3's"
+    if e.lo > LARGE or e.hi < 1 / LARGE:
+        return "differs", f"the interval {span} lies beyond a factor {LARGE:.1f}: the syncs matter more here"
+    return "undecided", f"the interval {span} is wider than the band [{1 / LARGE:.2f}, {LARGE:.2f}]"
+
+
+def analyze_cost(doc: dict[str, Any], tcg: bool) -> dict[str, Any] | None:
+    """The cost section's findings; None for a run without the application workloads."""
+    est = RunEstimator(doc)
+    rows: list[dict[str, Any]] = []
+    for app, spec in APPS.items():
+        kind = spec["workload"]["kind"]
+        metric, unit, fixed = THROUGHPUT[kind]
+        base = _app_trials(doc, app, COST_BASELINE)
+        base_thr = _values(base, metric)
+        base_lat = [v for t in base if (v := _latency_us(kind, t["metrics"])) is not None]
+        for variant in COST_VARIANTS:
+            ts = _app_trials(doc, app, variant)
+            if not ts:
+                continue
+            thr = _values(ts, metric)
+            lat = [v for t in ts if (v := _latency_us(kind, t["metrics"])) is not None]
+            row: dict[str, Any] = {
+                "app": app, "r3_name": spec["r3"], "configuration": variant, "trials": len(ts),
+                "throughput": (est.harmonic(thr) if fixed else est.mean(thr)).as_dict(unit) if thr else None,
+                "latency_us": est.mean(lat).as_dict("µs") if lat else None,
+                "flags": sorted({f for t in ts for f in (t.get("flags") or [])}),
+            }
+            if variant != COST_BASELINE and thr and base_thr:
+                row["throughput_vs_baseline"] = throughput_ratio(thr, base_thr, fixed, est.ratio).as_dict()
+                row["latency_vs_baseline"] = est.ratio(lat, base_lat).as_dict() if lat and base_lat else None
+                row["_thr"], row["_base"], row["_fixed"] = thr, base_thr, fixed
+            rows.append(row)
+    if not rows:
+        return None
+    vs = [r for r in rows if "_thr" in r]
+    looks = est.design.last - est.design.first + 1
+    tail = FAMILY_ALPHA / (max(len(vs), 1) * looks)
+    against = []
+    for r in vs:
+        spec = APPS[r["app"]]
+        method = f"log-delta-welch bonferroni/{len(vs)}x{looks}"
+        e = throughput_ratio(r.pop("_thr"), r.pop("_base"), r.pop("_fixed"),
+                             lambda a, b, m=method: ratio_ci(a, b, tail=tail, method=m))
+        cls = claim_class(spec["r3_gain_pct"])
+        said, why = verdict(e, cls, tcg)
+        against.append({"app": r["app"], "r3_name": spec["r3"], "r3_gain_pct": spec["r3_gain_pct"],
+                        "configuration": r["configuration"], "claim": cls, "measured": e.as_dict(),
+                        "measured_gain_pct": None if e.mean != e.mean else round((e.mean - 1) * 100, 1),
+                        "verdict": said, "reason": why})
+    not_run = [{"r3_name": name, "r3_gain_pct": gain, "reason": why}
+               for name, (gain, why) in APPS_NOT_IN_GUEST.items()]
+    return {"baseline": COST_BASELINE, "rows": rows, "against_r3": against, "not_measured": not_run,
+            "family": {"verdicts": len(vs), "looks": looks, "tail": tail, "method": "Bonferroni over verdicts x looks"},
+            "large_threshold": LARGE}
