@@ -5,6 +5,12 @@ not, with the width reached).
 Ratios are averaged on the log scale (the geometric mean of per-pair ratios, with the
 t-interval of the mean log ratio transformed back): a ratio and its inverse then get the
 same treatment, and one pair at 0.5 does not count less than one at 2.0.
+
+A benchmark that stops as soon as its interval is narrow enough looks at its data after
+every step, and a plain 95 % t-interval read at a data-chosen n covers less than 95 %. So a
+figure of a run that could stop anywhere from `first` to `last` steps uses iolab's own
+calibration (analysis/calibration.py, docs/statistics.md): the per-look tail α' at which
+the interval keeps its 95 % over all those looks (`looks=(first, last)`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from iolab.analysis.calibration import per_look_alpha
 from iolab.analysis.stats import Estimate, mean_ci
 
 MIN_N = 5
@@ -78,6 +85,7 @@ class Figure:
     n: int
     unit: str = ""
     target: float | None = None  # asked relative half-width (0.02 = ±2 %)
+    looks: tuple[int, int] | None = None  # the stopping rule's looks the interval covers (None: fixed n)
 
     @property
     def rel_half_width(self) -> float:
@@ -98,6 +106,8 @@ class Figure:
         if self.target is None:
             return ""
         got = f"±{self.rel_half_width:.1%}"
+        if self.looks:
+            got += f"; simultaneous over looks {self.looks[0]}..{self.looks[1]}"
         if self.reached:
             return f"95% CI within ±{self.target:.0%} ({got})"
         return (f"could not reach ±{self.target:.0%}: the 95% CI is {got} after n={self.n}"
@@ -108,15 +118,29 @@ def _fmt(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:.3f}" if abs(x) < 100 else f"{x:.0f}"
 
 
-def ratio_figure(name: str, ratios: Sequence[float], target: float | None = None) -> Figure:
+def confidence(looks: tuple[int, int] | None) -> float:
+    """The per-look confidence that keeps 95 % over the looks first..last (0.95 for a fixed n)."""
+    if looks is None or looks[0] >= looks[1]:
+        return 0.95
+    return 1 - per_look_alpha(*looks)
+
+
+def stopping(max_n: int, min_n: int = MIN_N) -> tuple[int, int]:
+    """The looks of until_narrow(min_n=min_n, max_n=max_n): after every step from min_n to max_n."""
+    return (min_n, max(min_n, max_n))
+
+
+def ratio_figure(name: str, ratios: Sequence[float], target: float | None = None,
+                 looks: tuple[int, int] | None = None) -> Figure:
     """Geometric mean of the per-pair ratios with the back-transformed t-interval of their logs."""
-    est = mean_ci([math.log(r) for r in ratios if r > 0])
-    return Figure(name, math.exp(est.mean), math.exp(est.lo), math.exp(est.hi), est.n, "", target)
+    est = mean_ci([math.log(r) for r in ratios if r > 0], confidence(looks))
+    return Figure(name, math.exp(est.mean), math.exp(est.lo), math.exp(est.hi), est.n, "", target, looks)
 
 
-def mean_figure(name: str, values: Sequence[float], unit: str = "", target: float | None = None) -> Figure:
-    est: Estimate = mean_ci(values)
-    return Figure(name, est.mean, est.lo, est.hi, est.n, unit, target)
+def mean_figure(name: str, values: Sequence[float], unit: str = "", target: float | None = None,
+                looks: tuple[int, int] | None = None) -> Figure:
+    est: Estimate = mean_ci(values, confidence(looks))
+    return Figure(name, est.mean, est.lo, est.hi, est.n, unit, target, looks)
 
 
 def until_narrow(step: Callable[[int], None], figure: Callable[[], Figure], *, min_n: int = MIN_N,

@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from figures import Busy, ratio_figure, stop_on_signals, until_narrow  # noqa: E402
+from figures import Busy, ratio_figure, stop_on_signals, stopping, until_narrow  # noqa: E402
 from tests.fleet.netns_hosts import NsHost, ns_fleet  # noqa: E402
 
 from iolab.core.exec import HostExecutor  # noqa: E402
@@ -55,7 +55,7 @@ class _NoExec(HostExecutor):
 
 
 def host_job(runtime: float, host: NsHost) -> str:
-    return FioWorkload(FioParams(**workload(runtime))).job_text(
+    return FioWorkload(FioParams.model_validate(workload(runtime))).job_text(
         Placement(executor=_NoExec(), path=host.device, is_block_device=True))
 
 
@@ -144,7 +144,8 @@ def main() -> None:
                       f"IOPS (start spread {spreads[-1]:.0f} ms) | ratio {ratios[-1]:.3f} | machine busy "
                       f"{busy.shares[-2]:.0%}/{busy.shares[-1]:.0%} | {time.monotonic() - t0:.1f} s", flush=True)
 
-            fig = until_narrow(pair, lambda: ratio_figure("fleet overhead ratio", ratios, args.target),
+            fig = until_narrow(pair, lambda: ratio_figure("fleet overhead ratio", ratios, args.target,
+                                                          stopping(args.max_pairs)),
                                max_n=args.max_pairs, budget_s=args.budget)
         print()
         print(f"per-pair ratios {min(ratios):.3f} .. {max(ratios):.3f}; " + fig.verdict(

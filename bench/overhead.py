@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from figures import Busy, Figure, mean_figure, ratio_figure, stop_on_signals, until_narrow
+from figures import Busy, Figure, mean_figure, ratio_figure, stop_on_signals, stopping, until_narrow
 
 from iolab.core.exec import HostExecutor
 from iolab.targets.base import Placement
@@ -174,7 +174,8 @@ def measure(p: Path_, scratch: Path, env: dict[str, str], args: argparse.Namespa
               f"busy {min(p.busy.shares[-6:]):.0%}..{max(p.busy.shares[-6:]):.0%}, stolen up to {stolen:.1%}",
               flush=True)
 
-    return until_narrow(pair, lambda: ratio_figure("overhead ratio", p.ratios, args.target),
+    return until_narrow(pair, lambda: ratio_figure("overhead ratio", p.ratios, args.target,
+                                                   stopping(args.max_pairs)),
                         max_n=args.max_pairs, budget_s=args.budget)
 
 
@@ -182,8 +183,9 @@ def main() -> None:
     stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--path", choices=("io", "cpu", "both"), default="both", help="which path(s) to measure")
-    ap.add_argument("--max-pairs", type=int, default=int(os.environ.get("IOLAB_BENCH_PAIRS", 40)),
-                    help="at most this many steps per path, each a test and a control round (default 40; at least 5)")
+    ap.add_argument("--max-pairs", type=int, default=int(os.environ.get("IOLAB_BENCH_PAIRS", 30)),
+                    help="at most this many steps per path, each a test and a control round (default 30; at "
+                         "least 5); the intervals keep 95 %% over every look from 5 to this")
     ap.add_argument("--target", type=float, default=0.02, help="relative 95%% CI half-width to reach (0.02)")
     ap.add_argument("--budget", type=float, default=600, help="seconds per path before giving up (600)")
     ap.add_argument("--runtime", type=float, default=2.0,
@@ -231,10 +233,11 @@ def main() -> None:
                                Placement(executor=no_exec, path=loop, is_block_device=True)))
         figures = [(p, measure(p, scratch, env, args, destroy)) for p in paths]
 
-        fixed = mean_figure("overhead fixed", [s for p in paths for s in p.fixed_s], "s")
-        inside = mean_figure("in the trial", [s for p in paths for s in p.in_trial_s], "s")
+        looks = stopping(args.max_pairs)  # every figure's n was chosen by the same stopping rule
+        fixed = mean_figure("overhead fixed", [s for p in paths for s in p.fixed_s], "s", looks=looks)
+        inside = mean_figure("in the trial", [s for p in paths for s in p.in_trial_s], "s", looks=looks)
         print()
-        controls = {p.slug: ratio_figure("overhead control", p.control, args.target) for p, _ in figures}
+        controls = {p.slug: ratio_figure("overhead control", p.control, args.target, looks) for p, _ in figures}
         for p, f in figures:
             c = controls[p.slug]
             why = (f"bare against bare gives {c.line()} here: the machine's own run-to-run noise is "

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from figures import mean_figure, stop_on_signals, until_narrow
+from figures import mean_figure, stop_on_signals, stopping, until_narrow
 
 from iolab.core.model import TrialResult
 from iolab.store import registry
@@ -56,7 +56,7 @@ def measure(ref: str, name: str, trials: int, target: float, budget: float) -> N
             rates.append(trials / (time.perf_counter() - t0))
             print(f"{name} block {b + 1}: {rates[-1]:.0f} trials/s", flush=True)
 
-        fig = until_narrow(block, lambda: mean_figure(f"store {name} trials/s", rates, "", target),
+        fig = until_narrow(block, lambda: mean_figure(f"store {name} trials/s", rates, "", target, stopping(30)),
                            max_n=30, budget_s=budget)
     finally:
         store.close()

@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 
-from figures import Busy, mean_figure, stop_on_signals, until_narrow
+from figures import Busy, mean_figure, stop_on_signals, stopping, until_narrow
 
 from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
@@ -26,7 +26,7 @@ READ = ["fio", "--name=first-io", "--filename=/dev/vda", "--rw=read", "--bs=4k",
 
 def one_boot(ledger: Ledger) -> tuple[float, float, str]:
     """(seconds from QEMU start to the end of the first read, of which boot to agent hello, accel)."""
-    target = QemuGuestTarget(QemuGuestParams(disk_size="64M"), ledger)
+    target = QemuGuestTarget(QemuGuestParams.model_validate({"disk_size": "64M"}), ledger)
     try:
         placement = target.setup()
         res = placement.executor.run(ExecRequest(READ, timeout_s=60))
@@ -66,7 +66,7 @@ def main() -> None:
         print(f"run {i + 1}: accel={accel} agent-hello={hello:.2f}s first-io={total:.2f}s "
               f"(machine busy {busy.shares[-1]:.0%})", flush=True)
 
-    fig = until_narrow(boot, lambda: mean_figure("vm-boot seconds", times, "s", args.target),
+    fig = until_narrow(boot, lambda: mean_figure("vm-boot seconds", times, "s", args.target, stopping(max_boots)),
                        max_n=max_boots, budget_s=args.budget)
     why = (f"the machine's CPUs were {busy.mean():.0%} busy on average, load {os.getloadavg()[0]:.1f} on "
            f"{os.cpu_count()} CPUs")

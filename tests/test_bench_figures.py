@@ -62,3 +62,31 @@ def test_busy_measures_the_machine() -> None:
     share = b.stop()
     assert 0.0 < share <= 1.0 and b.mean() == share
     assert 0.0 <= b.steal_mean() <= share  # stolen time is counted as busy (/proc/stat)
+
+
+def _stopped_figures(looks: tuple[int, int] | None, sims: int, seed: int) -> float:
+    """A/A: per-pair log ratios ~ N(0, 0.05); until_narrow stops at ±3 % or 15 pairs. How often
+    does the final interval miss the true ratio 1?"""
+    rng = random.Random(seed)
+    misses = 0
+    for _ in range(sims):
+        vals: list[float] = []
+        f = figures.until_narrow(lambda i: vals.append(math.exp(rng.gauss(0, 0.05))),
+                                 lambda: figures.ratio_figure("r", vals, 0.03, looks), max_n=15, budget_s=60)
+        misses += not (f.lo <= 1.0 <= f.hi)
+    return misses / sims
+
+
+def test_a_figure_that_stopped_when_narrow_keeps_its_95_percent() -> None:
+    """until_narrow looks after every pair: the plain t-interval then misses more than 5 %; the
+    interval calibrated over the looks (iolab's own, analysis/calibration.py) does not."""
+    sims = 3000
+    calibrated = _stopped_figures(figures.stopping(15), sims, 7)
+    plain = _stopped_figures(None, sims, 7)
+    print(f"A/A misses: calibrated over looks 5..15 {calibrated:.3f}, plain 95% t {plain:.3f}")
+    assert calibrated <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / sims), calibrated
+    assert plain > calibrated
+    f = figures.ratio_figure("r", [1.0, 1.01, 0.99, 1.02, 0.98], 0.02, figures.stopping(15))
+    assert f.looks == (5, 15) and "simultaneous over looks 5..15" in f.verdict()
+    assert f.hi - f.lo > figures.ratio_figure("r", [1.0, 1.01, 0.99, 1.02, 0.98]).hi - \
+        figures.ratio_figure("r", [1.0, 1.01, 0.99, 1.02, 0.98]).lo  # wider than a fixed-n interval

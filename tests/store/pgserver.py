@@ -64,7 +64,7 @@ class PgServer:
             raise
         try:
             with server.admin() as conn:
-                conn.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD '{PASSWORD}'")  # type: ignore[arg-type]
+                conn.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD '{PASSWORD}'")
         except BaseException:
             server.destroy()
             raise
@@ -91,7 +91,7 @@ class PgServer:
         """A new, empty database's URL (its owner is `user`)."""
         name = f"t_{uuid.uuid4().hex[:12]}"
         with self.admin() as conn:
-            conn.execute(f'CREATE DATABASE {name} OWNER "{user}"')  # type: ignore[arg-type]  # our own name
+            conn.execute(f'CREATE DATABASE {name} OWNER "{user}"')  # our own name
         return self.url(name, user)
 
     def pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
