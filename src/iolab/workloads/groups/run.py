@@ -33,7 +33,6 @@ from iolab.workloads.groups.gate import Gate
 from iolab.workloads.groups.params import FioGroupsParams, assign_weights
 from iolab.workloads.groups.steady import (
     active_window,
-    drift,
     share_series,
     sharing_metrics,
     steady_window,
@@ -164,15 +163,10 @@ def _metrics(p: FioGroupsParams, weights: dict[str, int], jobs: dict[str, str],
              results: dict[str, ExecResult], series: Series, reader: CountingReader,
              extra_groups: dict[str, Group], nr_req: int | None = None, bfq: bool = False) -> GroupsOutcome:
     fio = {g: fio_engine.job_metrics(_fio_json(results[g])["jobs"][0]) for g in weights}
-    i, j, d, steady = steady_window(series, weights, p.warmup)
+    # beside: the window lies where the extras did I/O too (the shares change when the tenant stops)
+    within = active_window(series, [g.name for g in extra_groups.values()]) if extra_groups else None
+    i, j, d, steady = steady_window(series, weights, p.warmup, within)
     a, b = active_window(series, list(weights))
-    if extra_groups:  # beside: only while the extras did I/O too
-        ea, eb = active_window(series, [g.name for g in extra_groups.values()])
-        i, j = max(i, ea), min(j, eb)
-        if j - i < 4:
-            raise TrialFailed(f"the groups and {', '.join(extra_groups)} did I/O together for only "
-                              f"{max(series.t[j] - series.t[i], 0):.1f} s; raise runtime")
-        d = drift(series, weights, i, j)
     seconds = series.t[j] - series.t[i]
     window = series.delta(i, j)
     m = sharing_metrics({g: float(window[g].ios) for g in weights}, weights, seconds)
