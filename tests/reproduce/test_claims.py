@@ -178,7 +178,13 @@ def test_r4_ratios_break_point_and_tenant() -> None:
                                                    tenant=True)}, quick=False)
     for cid in ("R4-four-groups", "R4-beside-app", "R4-holds-16", "R4-breaks-32"):
         assert by_id(rows, cid)["verdict"] == HOLDS, by_id(rows, cid)
-    assert "db_bench" in by_id(rows, "R4-beside-app")["reason"]
+    assert "db_bench" in by_id(rows, "R4-beside-app")["reason"]  # a run before the choice: db_bench
+    ycsb = weights_doc((2.0, 4.0, 7.9), tenant=False)
+    ycsb["findings"]["tenant"]["bfq"].update(app="ycsb", beside={"tenant_ops_s": est(1234.0),
+                                                                 "tenant_read_p99_us": est(5678.0)})
+    r = by_id(evaluate({"cgroup-weights": ycsb}, quick=False), "R4-beside-app")
+    assert r["verdict"] == DIFFERS and "YCSB workload A on RocksDB, as R4" in r["reason"], r
+    assert "db_bench" not in r["reason"] and "1,234 ops/s, read p99 5,678 µs here" in r["reason"], r
     rows = evaluate({"cgroup-weights": weights_doc((1.6, 4.0, 7.9), {"8": True, "16": True, "32": True}, 8,
                                                    tenant=False)}, quick=False)
     assert by_id(rows, "R4-four-groups")["verdict"] == DIFFERS and "200" in by_id(rows, "R4-four-groups")["reason"]

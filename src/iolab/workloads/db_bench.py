@@ -1,10 +1,11 @@
-"""The tenant of study cgroup-weights: RocksDB's db_bench in its own weighted cgroup (R4, exp. 2).
+"""A tenant of fio-groups (groups/tenant.py): RocksDB's db_bench in its own weighted cgroup.
 
 A small database is loaded once per target (fillrandom, untimed) on the target's ext4;
 each trial then runs a mixed read/write benchmark (readrandomwriterandom, 90 % reads)
 with direct reads and a small block cache, so its reads reach the device that the fio
-groups compete for. "alone" runs it by itself in its group; "beside" releases it at the
-same gate as the fio groups. db_bench comes from Debian's rocksdb-tools.
+groups compete for. db_bench comes from Debian's rocksdb-tools. R4 ran YCSB workload A
+instead (workloads/ycsb_tenant.py, what study cgroup-weights runs); db_bench stays a choice
+(`tenant_app = "db_bench"`, the default of a user's spec).
 
 The database is loaded once per target; a marker file beside it (written once the load
 succeeded) says so and keeps the load's facts, which every tenant trial copies into its
@@ -21,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from iolab.core.errors import CapabilityMissing, TrialFailed
-from iolab.core.exec import ExecRequest
+from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
 from iolab.targets.base import Placement
-from iolab.workloads.base import WorkloadResult
 from iolab.workloads.groups.params import FioGroupsParams
-from iolab.workloads.groups.run import run_groups
+from iolab.workloads.groups.tenant import TenantApp
 
 KEYS = 200_000
 VALUE_SIZE = 400
@@ -38,18 +38,10 @@ _PCT = re.compile(r"Percentiles: P50: ([\d.]+) P75: ([\d.]+) P99: ([\d.]+)")
 _AVG = re.compile(r"Count: (\d+) Average: ([\d.]+)")
 
 
-_SIDE = "{side:read|write}"
-# What parse() and the tenant-alone trial produce (declared on the fio-groups workload).
+# What parse() produces besides the names every tenant shares (groups/tenant.py METRICS).
 TENANT_METRICS: tuple[Metric, ...] = (
-    Metric("tenant_ops_s", "ops/s", "higher", "db_bench readrandomwriterandom operations per second"),
     Metric("tenant_micros_per_op", "µs", "lower", "db_bench's mean time per operation"),
-    Metric(f"tenant_{_SIDE}_p50_us", "µs", "lower", "db_bench median latency of one operation type"),
-    Metric(f"tenant_{_SIDE}_p99_us", "µs", "lower", "db_bench 99th-percentile latency of one operation type"),
-    Metric(f"tenant_{_SIDE}_mean_us", "µs", "lower", "db_bench mean latency of one operation type"),
-    Metric(f"tenant_{_SIDE}s", "operations", "neither", "operations of one type db_bench completed"),
-    Metric("tenant_iops_kernel", "IOPS", "higher",
-           "the tenant group's IOPS from kernel counters: over the steady window beside the groups, "
-           "over db_bench's run when alone"),
+    Metric("tenant_{side:read|write}s", "operations", "neither", "operations of one type db_bench completed"),
 )
 
 
@@ -71,7 +63,7 @@ def common_args(db: str) -> list[str]:
             "--threads=1", "--statistics=0"]
 
 
-def ensure_loaded(placement: Placement, timeout_s: float) -> dict[str, Any]:
+def ensure_loaded(p: FioGroupsParams, placement: Placement, timeout_s: float) -> dict[str, Any]:
     """fillrandom once per target (outside any weighted group); later trials reuse the DB.
     Returns the load's facts for the trial's manifest."""
     db = db_dir(placement)
@@ -91,10 +83,10 @@ def ensure_loaded(placement: Placement, timeout_s: float) -> dict[str, Any]:
     return facts
 
 
-def bench_argv(placement: Placement, duration_s: float) -> list[str]:
+def bench_argv(p: FioGroupsParams, placement: Placement) -> list[str]:
     return [binary(), *common_args(db_dir(placement)), "--use_existing_db=1", "--benchmarks=readrandomwriterandom",
             "--readwritepercent=90", "--use_direct_reads=true", f"--cache_size={CACHE_BYTES}", "--histogram=1",
-            f"--duration={max(int(round(duration_s)), 1)}"]
+            f"--duration={max(int(round(p.runtime)), 1)}"]
 
 
 def parse(stdout: str) -> dict[str, float]:
@@ -114,37 +106,12 @@ def parse(stdout: str) -> dict[str, float]:
     return out
 
 
-def run_with_tenant(p: FioGroupsParams, placement: Placement, timeout_s: float) -> WorkloadResult:
-    """tenant=alone: db_bench only, in its group; tenant=beside: with the fio groups, same gate."""
-    loaded = ensure_loaded(placement, timeout_s)
-    argv = bench_argv(placement, p.runtime)
-    if p.tenant == "beside":
-        out = run_groups(p, placement, timeout_s, extra={"tenant": (argv, p.tenant_weight)})
-        ex = out.result.raw["extra"]["tenant"]
-        if ex["returncode"] != 0:
-            raise TrialFailed(f"db_bench exited {ex['returncode']}: {ex['stdout'][-400:]}")
-        out.result.metrics.update(parse(ex["stdout"]))
-        out.result.job_text += "\n# tenant: " + " ".join(argv)
-        out.result.manifest["tenant_db"] = loaded
-        return out.result
-    return _alone(p, placement, argv, timeout_s, loaded)
-
-
-def _alone(p: FioGroupsParams, placement: Placement, argv: list[str], timeout_s: float,
-           loaded: dict[str, Any]) -> WorkloadResult:
-    wg = placement.require_weighted_groups()
-    group = wg.create_group(f"t{int(time.time() * 1000) % 100000:05d}-tenant", p.tenant_weight)
-    try:
-        before = wg.read_counters(group)
-        res = placement.executor.run(ExecRequest(argv=argv, timeout_s=timeout_s, cgroup_procs=[wg.procs_file(group)]))
-        after = wg.read_counters(group)
-    finally:
-        errors = wg.remove_groups([group])
+def result(res: ExecResult) -> tuple[dict[str, float], list[str]]:
     if res.returncode != 0:
         raise TrialFailed(f"db_bench exited {res.returncode}: {res.tail()}")
-    if errors:
-        raise TrialFailed("could not remove the tenant's group: " + "; ".join(errors))
-    metrics: dict[str, Any] = parse(res.stdout)
-    metrics["tenant_iops_kernel"] = (after - before).ios / max(res.wall_s, 1e-9)
-    return WorkloadResult(metrics=metrics, raw={"stdout": res.stdout[-20000:]}, job_text=" ".join(argv),
-                          manifest={"trial": {"tenant_weight": group.weight}, "tenant_db": loaded})
+    return parse(res.stdout), []
+
+
+APP = TenantApp("db_bench", "RocksDB db_bench", TENANT_METRICS, prepare=ensure_loaded, argv=bench_argv,
+                result=result, touches=f"a RocksDB database of {KEYS} keys (db_bench fillrandom) in rocksdb/ on the "
+                                       "target's ext4, loaded once per target")

@@ -1,24 +1,32 @@
 """Workload `fio-groups`: N fio processes, one per weighted cgroup, released together.
 
-Optionally a real application (RocksDB db_bench) runs in its own weighted group, alone or
-beside the groups (workloads/db_bench.py). The parts live in workloads/groups/: the
-parameters, the start gate, CPU accounting, steady-state statistics, the trial's flags
-and the orchestration of one trial. This module is what the registry names: the metric
-declarations and the choice between groups only and groups with the tenant.
+Optionally a real application runs in its own weighted group, alone or beside the groups
+(workloads/groups/tenant.py): `tenant_app` picks it from TENANT_APPS, RocksDB db_bench
+(workloads/db_bench.py, the default) or YCSB workload A on RocksDB (workloads/ycsb_tenant.py,
+R4's). The parts live in workloads/groups/: the parameters, the start gate, CPU accounting,
+steady-state statistics, the trial's flags, the orchestration of one trial and of its tenant.
+This module is what the registry names: the metric declarations, the table of tenant
+applications and the choice between groups only and groups with the tenant.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from iolab.core.metrics import Metric
+from iolab.core.units import format_size
+from iolab.native import ycsb_build
 from iolab.targets.base import Placement
-from iolab.workloads import db_bench
+from iolab.workloads import db_bench, ycsb_tenant
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+from iolab.workloads.groups import tenant
 from iolab.workloads.groups.params import FioGroupsParams
 from iolab.workloads.groups.run import run_groups
 
-__all__ = ["FioGroupsParams", "FioGroupsWorkload"]
+__all__ = ["TENANT_APPS", "FioGroupsParams", "FioGroupsWorkload"]
+
+# The tenant applications, by the value of `tenant_app`: each one table of operations.
+TENANT_APPS: dict[str, tenant.TenantApp] = {app.name: app for app in (db_bench.APP, ycsb_tenant.APP)}
 
 
 class FioGroupsWorkload(Workload):
@@ -57,7 +65,8 @@ class FioGroupsWorkload(Workload):
         Metric("nr_requests", "requests", "neither", "the device queue's scheduler tag limit"),
         Metric("tag_limit_min", "requests", "neither", "BFQ's smallest per-group request limit under tag pressure"),
         Metric("groups_create_s", "s", "lower", "time to create the trial's groups"),
-        *db_bench.TENANT_METRICS,
+        *tenant.METRICS,
+        *(m for app in TENANT_APPS.values() for m in app.metrics),
     )
     params: FioGroupsParams
 
@@ -65,14 +74,47 @@ class FioGroupsWorkload(Workload):
         super().__init__(params)
         # adaptive stopping watches the tenant's own rate when there are no groups to compare
         self.main_metric = "tenant_ops_s" if self.params.tenant == "alone" else "ratio_800"
+        if self.params.tenant != "off" and self.params.tenant_app == "ycsb":
+            # as the ycsb workload: no java or no built jars is told before anything is created
+            ycsb_build.installed()
+
+    @property
+    def app(self) -> tenant.TenantApp | None:
+        return TENANT_APPS[self.params.tenant_app] if self.params.tenant != "off" else None
+
+    @classmethod
+    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
+        """The YCSB tenant needs a filesystem on the host with room for its database."""
+        if workload.get("tenant", "off") == "off" or workload.get("tenant_app", "db_bench") != "ycsb":
+            return
+        if target.get("kind") != "cgroups" or target.get("filesystem") != "ext4":
+            raise ValueError("the ycsb tenant needs the cgroups target with filesystem = \"ext4\" (its RocksDB "
+                             f"database lives there; this target: kind = {target.get('kind')!r}, "
+                             f"filesystem = {target.get('filesystem')!r})")
+        size, data = int(target.get("size", 1 << 30)), int(target.get("data_size", 512 << 20))
+        free = None if target.get("device") else size - data
+        need = 2 * ycsb_tenant.RECORDS * 1000  # RocksDB needs about twice the records' bytes
+        if free is not None and free < need:
+            raise ValueError(f"the ycsb tenant's {ycsb_tenant.RECORDS} records need about {format_size(need)} beside "
+                             f"the groups' data file; size - data_size leaves {format_size(max(free, 0))}")
+
+    def touches(self) -> list[str]:
+        """For --dry-run: the tenant application and what it writes."""
+        app, p = self.app, self.params
+        if not app:
+            return []
+        return [f"runs the tenant {app.title} (tenant_app = \"{app.name}\") in its own cgroup of weight "
+                f"{p.tenant_weight}, {'without' if p.tenant == 'alone' else 'beside'} the groups; "
+                f"it writes {app.touches}"]
 
     def estimate_seconds(self) -> float:
         p = self.params
         start = (0.05 + p.start_allowance) * p.groups + 1  # fork, join, gate, fio start-up
-        tenant = p.runtime + 2 if p.tenant != "off" else 0
-        return (p.runtime + start if p.groups else 0) + tenant + 1
+        app = self.app
+        extra = (app.start_s + app.prepare_s + p.runtime + 2) if app else 0
+        return (p.runtime + start if p.groups else 0) + extra + 1
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
-        if self.params.tenant != "off":
-            return db_bench.run_with_tenant(self.params, placement, timeout_s)
+        if self.app:
+            return tenant.run(self.app, self.params, placement, timeout_s)
         return run_groups(self.params, placement, timeout_s).result

@@ -1,7 +1,8 @@
 """Study cgroup-weights (R4): does proportional I/O sharing hold as groups grow, where does it
 break, and why. N fio processes in cgroups weighted 100/200/400/800 (shuffled per trial),
 kernel per-group counters as ground truth, BFQ against scheduler `none` as the negative
-control, a sanity gate before each sweep (the hook), and RocksDB db_bench as a real tenant.
+control, a sanity gate before each sweep (the hook), and YCSB workload A on RocksDB as a real
+tenant, as R4 ran (db_bench selectable).
 docs/studies/cgroup-weights.md explains every finding.
 """
 

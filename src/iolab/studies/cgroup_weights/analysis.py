@@ -157,28 +157,66 @@ def controller_findings(trials: list[dict[str, Any]], ctrl: str, mean: Estimator
             "proportional_at": [int(n) for n, v in by.items() if v["holds"]]}
 
 
+# R4 exp. 2 (../shared/reference-studies.md): YCSB workload A on RocksDB beside the four groups.
+R4_TENANT = {"tenant_ops_s": 8412.8, "tenant_read_mean_us": 108.0, "tenant_read_p95_us": 236.0,
+             "tenant_read_p99_us": 271.0}
+R4_CLASS_RATIO = {"200": 2.03, "400": 4.08, "800": 8.12}
+R4_HARDWARE = ("Ryzen 7 3700X, 8 GB, Samsung 860 PRO 256 GB SATA SSD, Ubuntu 18.04, kernel 4.15, CFQ, "
+               "cgroup v1 blkio.weight; 3-hour runs")
+TENANT_KEYS = ("tenant_ops_s", "tenant_read_mean_us", "tenant_read_p50_us", "tenant_read_p95_us",
+               "tenant_read_p99_us", "tenant_write_p99_us", "tenant_update_mean_us", "tenant_update_p95_us",
+               "tenant_update_p99_us", "tenant_iops_kernel")
+# beside / alone, each with its CI: what the groups cost the tenant
+TENANT_RATIOS = {"ops_beside_over_alone": "tenant_ops_s", "read_mean_beside_over_alone": "tenant_read_mean_us",
+                 "read_p95_beside_over_alone": "tenant_read_p95_us", "read_p99_beside_over_alone": "tenant_read_p99_us"}
+
+
+def tenant_app(t: dict[str, Any]) -> str:
+    """The trial's tenant application; runs from before the choice ran db_bench."""
+    return str(t["params"]["_workload"].get("tenant_app") or "db_bench")
+
+
 def tenant_findings(trials: list[dict[str, Any]], ctrl: str, mean: Estimator = mean_ci,
-                    ratio: RatioEstimator = ratio_ci) -> dict[str, Any] | None:
-    mine = [t for t in trials if controller_of(t) == ctrl]
+                    ratio: RatioEstimator = ratio_ci, app: str | None = None) -> dict[str, Any] | None:
+    """One controller's tenant (one application, `app`, or the trials' only one): its metrics alone
+    and beside the groups, beside/alone with CIs, and the groups' class ratios beside it."""
+    mine = [t for t in trials if controller_of(t) == ctrl and t["params"]["_workload"].get("tenant", "off") != "off"
+            and (app is None or tenant_app(t) == app)]
     alone = [t for t in mine if t["params"]["_workload"].get("tenant") == "alone"]
     beside = [t for t in mine if t["params"]["_workload"].get("tenant") == "beside"]
     if not alone and not beside:
         return None
-    keys = ("tenant_ops_s", "tenant_read_p99_us", "tenant_read_p50_us", "tenant_write_p99_us", "tenant_iops_kernel")
-    est = lambda ts: {k: mean([t["metrics"][k] for t in ts if k in t["metrics"]]).as_dict()  # noqa: E731
-                      for k in keys}
-    out: dict[str, Any] = {"alone": est(alone), "beside": est(beside),
-                           "weight": (alone or beside)[0]["params"]["_workload"].get("tenant_weight")}
     vals = lambda ts, k: [t["metrics"][k] for t in ts if k in t["metrics"]]  # noqa: E731
-    out["ops_beside_over_alone"] = ratio(vals(beside, "tenant_ops_s"), vals(alone, "tenant_ops_s")).as_dict()
-    out["read_p99_beside_over_alone"] = ratio(vals(beside, "tenant_read_p99_us"),
-                                              vals(alone, "tenant_read_p99_us")).as_dict()
+    # the contract's keys always; another latency only where the application reports it (YCSB: p95, update)
+    keys = [k for k in TENANT_KEYS if k in ("tenant_ops_s", "tenant_read_p99_us", "tenant_read_p50_us",
+                                            "tenant_write_p99_us", "tenant_iops_kernel") or vals(mine, k)]
+    est = lambda ts: {k: mean(vals(ts, k)).as_dict() for k in keys}  # noqa: E731
+    out: dict[str, Any] = {"app": app or tenant_app(mine[0]), "alone": est(alone), "beside": est(beside),
+                           "weight": (alone or beside)[0]["params"]["_workload"].get("tenant_weight")}
+    for name, k in TENANT_RATIOS.items():
+        if k in keys:
+            out[name] = ratio(vals(beside, k), vals(alone, k)).as_dict()
     if beside:
         g = per_n(beside, mean)
         only = next(iter(g.values()))
         out["groups_beside"] = {"groups": int(next(iter(g))), "class_ratio": only["class_ratio"],
                                 "max_abs_log2_error": only["max_abs_log2_error"], "ratios_hold": only["holds"]}
     return out
+
+
+def tenants(trials: list[dict[str, Any]], ctrls: list[str], mean: Estimator = mean_ci,
+            ratio: RatioEstimator = ratio_ci) -> dict[str, dict[str, Any]]:
+    """{app: {controller: tenant findings}}, YCSB (R4's application) first."""
+    apps = sorted({tenant_app(t) for t in trials if t["params"]["_workload"].get("tenant", "off") != "off"},
+                  key=lambda a: (a != "ycsb", a))
+    out = {a: {c: tf for c in ctrls if (tf := tenant_findings(trials, c, mean, ratio, a))} for a in apps}
+    return {a: per for a, per in out.items() if per}
+
+
+def tenant_reference() -> dict[str, Any]:
+    """R4's published tenant numbers and class ratios beside it, and what they ran on."""
+    return {"source": "R4, experiment 2: YCSB workload A on RocksDB beside 4 groups weighted 100/200/400/800",
+            **R4_TENANT, "class_ratio": R4_CLASS_RATIO, "hardware": R4_HARDWARE}
 
 
 def analyze(doc: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +228,7 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
     mean = est.mean
     by_ctrl = {c: controller_findings(trials, c, mean) for c in ctrls}
     gates = {k.split("/", 1)[1]: v for k, v in (doc.get("extra") or {}).items() if k.startswith("sanity_gate/")}
-    tenant = {c: tf for c in ctrls if (tf := tenant_findings(trials, c, mean, est.ratio))} or None
+    by_app = tenants(trials, ctrls, mean, est.ratio)
     top = by_ctrl.get(main) if main else None
     top = top or {}
     out: dict[str, Any] = {
@@ -199,7 +237,9 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         "by_groups": top.get("by_groups", {}), "breakdown_n": top.get("breakdown_n"),
         "breakdown_bracket": top.get("breakdown_bracket"), "breakdown_signals": top.get("breakdown_signals"),
         "breakdown_threshold_log2": BREAK_LOG2, "ratio_tolerance": RATIO_TOL,
-        "tenant": tenant, "sanity_gate": gates, "controller_active": _active(gates, main),
+        "tenant": next(iter(by_app.values()), None), "tenant_by_app": by_app or None,
+        "tenant_reference": tenant_reference() if by_app else None, "sanity_gate": gates,
+        "controller_active": _active(gates, main),
         "by_controller": by_ctrl,
     }
     depth1 = sweep_trials(trials, "depth1")

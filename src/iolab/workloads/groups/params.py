@@ -30,7 +30,10 @@ class FioGroupsParams(WorkloadParams):
     sample_interval: float = Field(0.5, gt=0.05, le=10)
     start_allowance: float = Field(0.08, ge=0, le=5, description="seconds per group added to fio's runtime: "
                                    "N processes start slowly on few CPUs, the window stays ~runtime")
-    tenant: Literal["off", "alone", "beside"] = Field("off", description="db_bench in its own group")
+    tenant: Literal["off", "alone", "beside"] = Field("off", description="a real application in its own group")
+    # db_bench by default: a spec written before the choice existed keeps meaning what it meant
+    tenant_app: Literal["db_bench", "ycsb"] = Field("db_bench", description="the tenant: RocksDB db_bench, or "
+                                                    "YCSB workload A on RocksDB (R4's)")
     tenant_weight: int = Field(400, ge=1, le=10000)
 
     @field_validator("bs", mode="before")

@@ -16,7 +16,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class GroupsOutcome:
     result: WorkloadResult
     weights: dict[str, int]
     series: Series | None = None
+    extra_results: dict[str, ExecResult] = field(default_factory=dict)  # each extra process's own result
 
 
 def job_text(p: FioGroupsParams, filename: str, name: str, runtime: float) -> str:
@@ -62,10 +63,13 @@ def job_text(p: FioGroupsParams, filename: str, name: str, runtime: float) -> st
 
 
 def run_groups(p: FioGroupsParams, placement: Placement, timeout_s: float, *,
-               extra: Extras | None = None) -> GroupsOutcome:
+               extra: Extras | None = None, extra_start_s: float = 0.0) -> GroupsOutcome:
     """One trial. `extra` adds processes that start at the same gate in their own group (the
-    tenant); their output is in outcome.result.raw["extra"]. The trial's manifest entries:
-    "trial" (seed, assignment, timings) and "share_series" (per-class share over time)."""
+    tenant); their results are outcome.extra_results (a tail in outcome.result.raw["extra"]), and
+    the groups' window is cut to where the extras did I/O too (beside means beside). The trial's
+    manifest entries: "trial" (seed, assignment, timings) and "share_series" (per-class share
+    over time). `extra_start_s`: seconds an extra needs after release before its own timed run
+    begins (a JVM's start), added to the groups' runtime so that run ends while they still run."""
     wg = placement.require_weighted_groups()
     trial_cgroup = placement.trial_cgroup
     if trial_cgroup is None:
@@ -89,7 +93,7 @@ def run_groups(p: FioGroupsParams, placement: Placement, timeout_s: float, *,
         trial_info["weights"] = weights
         trial_info["extra_weights"] = {n: g.weight for n, g in extra_groups.items()}
         filename = placement.path or ""
-        fio_runtime = p.runtime + p.start_allowance * len(groups)
+        fio_runtime = p.runtime + p.start_allowance * len(groups) + (extra_start_s if extra else 0.0)
         gate = Gate(workdir, tag)
         jobs = {g.name: job_text(p, filename, g.name.replace(f"{tag}-", ""), fio_runtime) for g in groups}
         for g in groups:
@@ -110,6 +114,7 @@ def run_groups(p: FioGroupsParams, placement: Placement, timeout_s: float, *,
         running.clear()
         outcome = _metrics(p, weights, jobs, results, series, reader, extra_groups, wg.nr_requests(),
                            wg.scheduler == "bfq")
+        outcome.extra_results = {n: results[n] for n in extra_groups}
         outcome.result.metrics["groups_create_s"] = trial_info["groups_create_s"]
         outcome.result.manifest["trial"] = trial_info  # groups_remove_s is added below, once removed
         outcome.result.raw = {"fio": {g: _fio_json(results[g]) for g in weights}, "series": series.to_dict(),
@@ -158,7 +163,9 @@ def _metrics(p: FioGroupsParams, weights: dict[str, int], jobs: dict[str, str],
              results: dict[str, ExecResult], series: Series, reader: CountingReader,
              extra_groups: dict[str, Group], nr_req: int | None = None, bfq: bool = False) -> GroupsOutcome:
     fio = {g: fio_engine.job_metrics(_fio_json(results[g])["jobs"][0]) for g in weights}
-    i, j, d, steady = steady_window(series, weights, p.warmup)
+    # beside: the window lies where the extras did I/O too (the shares change when the tenant stops)
+    within = active_window(series, [g.name for g in extra_groups.values()]) if extra_groups else None
+    i, j, d, steady = steady_window(series, weights, p.warmup, within)
     a, b = active_window(series, list(weights))
     seconds = series.t[j] - series.t[i]
     window = series.delta(i, j)

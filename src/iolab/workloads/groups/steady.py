@@ -66,10 +66,14 @@ def drift(series: Series, weights: dict[str, int], i: int, j: int) -> float:
     return worst
 
 
-def steady_window(series: Series, weights: dict[str, int], warmup_s: float) -> tuple[int, int, float, bool]:
+def steady_window(series: Series, weights: dict[str, int], warmup_s: float,
+                  within: tuple[int, int] | None = None) -> tuple[int, int, float, bool]:
     """(i, j, drift, steady): the earliest start, at least `warmup_s` after all groups run and at
-    most halfway through, from which no class share drifts by more than STEADY_DRIFT."""
+    most halfway through, from which no class share drifts by more than STEADY_DRIFT. `within`:
+    sample indexes the window must also lie in (while a tenant ran beside the groups)."""
     a, b = active_window(series, list(weights))
+    if within:
+        a, b = max(a, within[0]), min(b, within[1])
     if b - a < 4:
         raise TrialFailed(f"the groups ran together for only {max(series.t[b] - series.t[a], 0):.1f} s; "
                           "raise runtime (many fio processes start slowly on few CPUs)")
