@@ -36,8 +36,8 @@ from iolab.core import metrics, registry
 from iolab.core.errors import SpecError
 from iolab.core.inputs import parse_user_toml, read_user_text
 from iolab.core.model import Config
-from iolab.probes.registry import probe_classes
 from iolab.core.units import parse_duration
+from iolab.probes.registry import probe_classes
 from iolab.studies import fio_import
 
 
