@@ -38,6 +38,20 @@ BASE_SPECS: list[dict[str, Any]] = [
     {"study": {"name": "f7"},
      "target": {"kind": "qemu", "bus": ["virtio-blk", "ide"], "memory": "512M", "disk_size": "128M"},
      "workload": {"kind": "primes", "limits": [1000, 100000]}},
+    {"study": {"name": "f8"},
+     "target": {"kind": "loop", "size": "256M", "filesystem": "ext4"},
+     "workload": {"kind": "ycsb", "core_workload": "a", "recordcount": 1000, "operationcount": 2000,
+                  "fieldlength": 100, "threads": 1}},
+    {"study": {"name": "f9"},
+     "target": {"kind": "host"},
+     "workload": {"kind": "varmail", "nfiles": 50, "iosize": "64k", "duration": "2s", "nthreads": 4}},
+    {"study": {"name": "f10", "probes": ["qemu_syscalls"]},
+     "targets": [{"name": "q/ext4", "kind": "qemu", "guest_fs": "ext4", "native_helpers": ["iolab_varmail"]}],
+     "workloads": [{"name": "count", "kind": "sync-writes", "pattern": "append", "count": 16},
+                   {"name": "cost", "kind": "varmail", "duration": "2s", "targets": ["q/ext4"], "probes": []}]},
+    {"study": {"name": "f11"},
+     "target": {"kind": "cgroups", "controller": "bfq", "size": "512M", "filesystem": "ext4", "data_size": "64M"},
+     "workload": {"kind": "fio-groups", "groups": 4, "tenant": "beside", "tenant_app": "ycsb", "runtime": "5s"}},
 ]
 
 HOSTILE_VALUES: list[Any] = [
@@ -140,7 +154,8 @@ def mutate_spec(rng: random.Random) -> dict[str, Any]:
         elif op < 0.8:
             w = doc.get("workload") or (doc.get("workloads") or [{}])[0]
             if isinstance(w, dict):
-                for key in rng.sample(["bs", "iodepth", "size", "runtime", "rw", "record", "mode", "a", "b"], 4):
+                for key in rng.sample(["bs", "iodepth", "size", "runtime", "rw", "record", "mode", "a", "b",
+                                       "probes", "targets", "recordcount", "nfiles"], 4):
                     w[key] = [str(i) + "k" for i in range(1, rng.choice([3, 40, 400]))]
         elif op < 0.9 and paths:
             p = rng.choice(paths)
