@@ -33,7 +33,8 @@ shared target, and fio's options cannot express "a region nobody wrote before":
   `prefill_in_trial`, because its probe counts then include the prefill.
 
 Layout on the raw device: [0, count*bs) is the overwrite region, append / sequential slots
-follow it.
+follow it, handed out by a byte counter that starts past the largest overwrite region
+prepared so far, so trials of different `count` or `bs` on one target never overlap.
 """
 
 from __future__ import annotations
@@ -110,15 +111,25 @@ def prepare_overwrite(placement: Placement, p: SyncWritesParams, timeout_s: floa
          "rw": "write", "ioengine": "psync", "direct": False, "end_fsync": True, "fallocate": "none"},
         [("prefill", {})])
     fio_engine.run_fio(placement.executor, job, timeout_s)
-    _sh(placement, 'sync; touch "$1"', _marker(p))
+    _sh(placement, 'sync; touch "$1"; e=$(cat "$2/overwrite.end" 2>/dev/null || echo 0); '
+                   '[ "$e" -lt "$3" ] && echo "$3" > "$2/overwrite.end"; true', _marker(p), STATE_DIR, str(p.region))
     return True
 
 
-def next_append_slot(placement: Placement) -> int:
-    """A slot index never handed out before on this target (the counter lives in the executor's work dir)."""
+def next_append_slot(placement: Placement, region: int) -> tuple[int, int]:
+    """(slot, byte offset) never handed out before on this target: the slot names a new file,
+    the offset a fresh region of `region` bytes on a raw device. Offsets come from a byte
+    counter (not slot x region), so trials of different sizes never overlap, and they start
+    past every overwrite region prepared so far (`overwrite.end`). Both counters live in the
+    executor's work dir."""
     out = _sh(placement, 'mkdir -p "$1"; n=$(cat "$1/append.next" 2>/dev/null || echo 0); '
-                         'echo $((n+1)) > "$1/append.next"; echo "$n"', STATE_DIR)
-    return int(out.split()[-1])
+                         'echo $((n+1)) > "$1/append.next"; '
+                         'o=$(cat "$1/append.offset" 2>/dev/null || echo 0); '
+                         'e=$(cat "$1/overwrite.end" 2>/dev/null || echo 0); '
+                         '[ "$o" -lt "$e" ] && o=$e; [ "$o" -lt "$2" ] && o=$2; '
+                         'echo $((o+$2)) > "$1/append.offset"; echo "$n $o"', STATE_DIR, str(region))
+    slot, offset = out.split()[-2:]
+    return int(slot), int(offset)
 
 
 class SyncWritesWorkload(Workload):
@@ -155,10 +166,9 @@ class SyncWritesWorkload(Workload):
                         rw="write" if p.dsync else "randwrite")
             where["filename"] = glob["filename"]
         else:  # append, sequential: a region / file never written before
-            slot = next_append_slot(placement)
+            slot, offset = next_append_slot(placement, p.region)
             glob["rw"] = "write"
             if placement.is_block_device and placement.path:
-                offset = p.region * (1 + slot)
                 glob.update(filename=placement.path, offset=offset)
                 where.update(filename=placement.path, offset=offset, slot=slot)
             elif placement.directory:
