@@ -175,7 +175,7 @@ def test_sigint_mid_run_leaves_nothing(lab: Lab, spare_loop: str, tmp_path: Path
 
 
 @real
-def test_128_groups_created_and_removed_within_10s(spare_loop: str, tmp_path: Path,
+def test_128_groups_created_and_removed(spare_loop: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from iolab.core.resources import Ledger
     from iolab.targets.cgroup_set import CgroupSetParams, CgroupSetTarget
@@ -196,8 +196,8 @@ def test_128_groups_created_and_removed_within_10s(spare_loop: str, tmp_path: Pa
         t1 = time.monotonic()
         assert wg.remove_groups(groups) == []
         removed = time.monotonic() - t1
-        print(f"\n128 groups: created in {created:.3f} s, removed in {removed:.3f} s")
-        assert created + removed <= 10
+        print(f"\n128 groups: created in {created:.3f} s, removed in {removed:.3f} s (how fast: bench/run "
+              "cgroup-groups)")
         assert not any(g.path.exists() for g in groups)
     finally:
         target.teardown()
