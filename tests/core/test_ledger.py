@@ -89,7 +89,7 @@ def test_loop_cleaner_never_detaches_a_reused_device_number(env_lab: Lab) -> Non
 
 
 @needs_root
-def test_loop_release_does_not_pretend_while_the_device_is_busy(env_lab: Lab) -> None:
+def test_loop_release_does_not_pretend_while_the_device_is_busy(env_lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
     """Releasing a loop device that something still holds open must not report success.
 
     BUG (src/iolab/core/cleaners.py _loop): `losetup -d` on a busy loop device only sets
@@ -99,6 +99,9 @@ def test_loop_release_does_not_pretend_while_the_device_is_busy(env_lab: Lab) ->
     not waited for (core/exec.py Executor.run / _HostRunning.kill), so it still held the
     device when the cleaner ran.
     """
+    from iolab.core import cleaners
+
+    monkeypatch.setattr(cleaners, "DETACH_WAIT_S", 2.0)  # how long it waits is not the point here
     ledger = Ledger()
     loop = create_scratch_loop(ledger, 16 << 20, prefill=False)
     holder = os.open(loop.device, os.O_RDONLY)
@@ -115,6 +118,8 @@ def test_loop_release_does_not_pretend_while_the_device_is_busy(env_lab: Lab) ->
             time.sleep(0.1)
     assert not (still and not errors), \
         f"{loop.device} was still attached after release_all() reported no error"
+    if still:  # and the error says who held it: this very process
+        assert f"pid {os.getpid()} (" in " ".join(map(str, errors)), errors
 
 
 def _dead_pid() -> int:

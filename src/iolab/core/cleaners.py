@@ -81,16 +81,49 @@ def loops_backed_by(image: str) -> list[str]:
     return [dev for dev, back in attached_loops() if back == image]
 
 
+DETACH_WAIT_S = 60.0  # a busy device detaches itself once released (autoclear); udev on a loaded
+                     # machine may hold it for many seconds after a mount or mkfs
+
+
 def detach_loop(dev: str) -> None:
-    """losetup -d, and wait until the kernel really detached it (a busy device only gets autoclear)."""
+    """losetup -d, and wait until the kernel really detached it (a busy device only gets autoclear);
+    if it stays attached, the error names what holds it."""
     r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
-    for attempt in range(200):
+    deadline = time.monotonic() + DETACH_WAIT_S
+    attempt = 0
+    while time.monotonic() < deadline:
         if loop_backing_file(dev) is None:
             return
         time.sleep(0.1)
-        if attempt % 10 == 9:
+        attempt += 1
+        if attempt % 10 == 0:
             r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
-    raise RuntimeError(f"{dev} is still attached (busy?): {r.stderr.strip()}")
+    if loop_backing_file(dev) is None:
+        return
+    raise RuntimeError(f"{dev} is still attached after {DETACH_WAIT_S:.0f} s (busy: {holders_of(dev)}): "
+                       f"{r.stderr.strip()}")
+
+
+def holders_of(dev: str) -> str:
+    """What keeps a block device open: its mounts, the devices stacked on it, and processes with it open."""
+    real = os.path.realpath(dev)
+    found = []
+    with open("/proc/mounts") as f:
+        found += [f"mounted at {line.split()[1]}" for line in f if line.split()[0] == real]
+    name = os.path.basename(real)
+    try:
+        found += [f"holder {h}" for h in os.listdir(f"/sys/block/{name}/holders")]
+    except OSError:
+        pass
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == real for fd in fds):
+                with open(f"/proc/{pid}/comm") as c:
+                    found.append(f"pid {pid} ({c.read().strip()})")
+        except OSError:
+            continue
+    return ", ".join(found) or "no mount, holder or process seen (the kernel itself, e.g. a lazily unmounted fs)"
 
 
 def _loop(res: Resource) -> None:
