@@ -194,10 +194,7 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
     if dry_run:
         runner = Runner(spec, None, err, before_group=hook)  # type: ignore[arg-type]  # a plan needs no store
         runner.instantiate()
-        lines = runner.dry_run_lines()
-        extra = [f"  - {line}" for w in runner.workloads.values() for line in getattr(w, "touches", list)()]
-        at = lines.index("configurations:") if "configurations:" in lines else len(lines)
-        for line in lines[:at] + sorted(set(extra)) + lines[at:]:
+        for line in runner.dry_run_lines():
             click.echo(line)
         return
     store = _store(db)
