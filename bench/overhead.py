@@ -31,8 +31,10 @@ the output says it could not, the width it reached, and the control's width besi
     bench/run overhead [--path io|cpu|both] [--max-pairs N] [--runtime S] [--target 0.02] [--keep]
 
 Output lines: `overhead fixed=<s> [lo, hi] s n=N (...)`, then per path the control
-`overhead control=<r> [lo, hi] n=N (CPU path: bare/bare)` and `overhead ratio=<r> [lo, hi] n=N
-(CPU path)`; the I/O path's ratio is the last line.
+`overhead control=<r> [lo, hi] n=N (CPU path: bare/bare)`, the paired figure `overhead paired=<r>
+[lo, hi] n=N` (each step's test round over its own control round: the design's own bias, e.g.
+a middle run that is faster for being second, cancels, and so does drift slower than a step),
+and `overhead ratio=<r> [lo, hi] n=N (CPU path)`; the I/O path's ratio is the last line.
 """
 
 from __future__ import annotations
@@ -252,6 +254,9 @@ def main() -> None:
         print(fixed.line("per one-trial run: iolab run wall time - bare fio wall time"))
         for p, f in figures:
             print(controls[p.slug].line(f"{p.label}: bare/bare"))
+            paired = ratio_figure("overhead paired", [t / c for t, c in zip(p.ratios, p.control, strict=False)],
+                                  args.target, looks)
+            print(paired.line(f"{p.label}: each step's test round over its control round"))
             print(f.line(p.label))
     finally:
         if loop:
