@@ -5,8 +5,8 @@ latencies) drives iolab's own RocksDB binding (native/ycsb/IolabRocksDbClient.ja
 at set-up by native/ycsb_build.py) in a directory on the target's filesystem. A trial is a load
 phase (`-load`: recordcount inserts into an empty database) then a run phase (`-t`:
 operationcount operations, or maxexecutiontime seconds), one JVM each; both are reported. Each
-trial starts from an empty database, as db_bench's tenant keeps one per target
-(workloads/db_bench.py) only because it never changes it: YCSB's run phase updates and inserts,
+trial starts from an empty database (db_bench's tenant keeps one per target, workloads/db_bench.py,
+and lives with its 10 % writes changing it a little): YCSB's run phase updates and inserts,
 so a second trial on the same database would measure a different database.
 
 YCSB exits 0 even when the database did not open or a client thread died, so a trial is judged
