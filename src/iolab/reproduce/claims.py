@@ -26,6 +26,7 @@ from typing import Any
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate
 from iolab.studies.common import ok_trials
+from iolab.studies.sync_amplification.cost import gain_text
 from iolab.studies.sync_amplification.spec import DEFAULTS
 from iolab.studies.vm_profile.analysis import collect
 
@@ -273,7 +274,7 @@ def _r3_cost(apps: tuple[str, ...]) -> Callable[[Doc, bool], Verdict]:
         rows = [a for a in cost.get("against_r3") or [] if a["app"] in apps and a["configuration"] == "raw"]
         if not rows:
             return Verdict(UNTESTABLE, "–", "this run had no cost section for " + ", ".join(apps))
-        value = "; ".join(f"{a['r3_name']} {_gain(a['measured'])}" for a in rows)
+        value = "; ".join(f"{a['r3_name']} {gain_text(a['measured'])}" for a in rows)
         said = {a["verdict"] for a in rows}
         reason = "; ".join(f"{a['r3_name']} (R3 {a['r3_gain_pct']:+.1f} %): {a['reason']}" for a in rows)
         if said == {"holds"}:
@@ -282,14 +283,6 @@ def _r3_cost(apps: tuple[str, ...]) -> Callable[[Doc, bool], Verdict]:
             return Verdict(DIFFERS, value, reason)
         return Verdict(UNTESTABLE, value, ("too noisy to decide: " if "undecided" in said else "") + reason)
     return evaluate
-
-
-def _gain(e: dict[str, Any] | None) -> str:
-    if not e or e.get("mean") is None:
-        return "–"
-    lo, hi = e["ci95"]
-    span = f" [{(lo - 1) * 100:+.0f}, {(hi - 1) * 100:+.0f}]" if lo is not None and hi is not None else ""
-    return f"{(e['mean'] - 1) * 100:+.1f} %{span}"
 
 
 # -- R4: cgroup weights (study cgroup-weights) -------------------------------------------------------

@@ -65,6 +65,15 @@ def throughput_ratio(num: Sequence[float], den: Sequence[float], fixed_work: boo
     return ratio(_inverse(den), _inverse(num)) if fixed_work else ratio(list(num), list(den))
 
 
+def gain_text(e: dict[str, Any] | None) -> str:
+    """A ratio estimate as a change in percent with its interval: '+81.1 % [+60.2, +102.0]'."""
+    if not e or e.get("mean") is None:
+        return "–"
+    lo, hi = e["ci95"]
+    span = "" if lo is None or hi is None else f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]"
+    return f"{(e['mean'] - 1) * 100:+.1f} %{span}"
+
+
 def claim_class(r3_gain_pct: float) -> str:
     return "large" if 1 + r3_gain_pct / 100 >= LARGE else "small"
 

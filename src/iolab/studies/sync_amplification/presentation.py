@@ -10,6 +10,7 @@ from typing import Any
 from iolab.report.model import Chart, Note, Section, Series, Table
 from iolab.studies.common import fmt_est
 from iolab.studies.sync_amplification.analysis import LAYERS, R3_CLAIM, variant
+from iolab.studies.sync_amplification.cost import gain_text
 from iolab.studies.sync_amplification.spec import DEFAULTS, PATTERNS
 
 
@@ -190,18 +191,10 @@ def _cost_chart(cost: dict[str, Any], tcg: bool) -> Chart | None:
                  ref_lines=[(1.0, f"same as {cost['baseline']}"), (1.2, "R3's 'large' gain (+20 %)")])
 
 
-def _pct(e: dict[str, Any] | None) -> str:
-    if not e or e.get("mean") is None:
-        return "–"
-    lo, hi = e["ci95"]
-    span = "" if lo is None or hi is None else f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]"
-    return f"{(e['mean'] - 1) * 100:+.1f} %{span}"
-
-
 def _cost_summary(cost: dict[str, Any]) -> list[str]:
     out = []
     for a in cost["against_r3"]:
-        out.append(f"cost, {a['r3_name']} on {a['configuration']} vs {cost['baseline']}: {_pct(a['measured'])} "
+        out.append(f"cost, {a['r3_name']} on {a['configuration']} vs {cost['baseline']}: {gain_text(a['measured'])} "
                    f"(R3, barrier vs stock: {a['r3_gain_pct']:+.1f} %): {a['verdict']}")
     return out
 
@@ -209,9 +202,9 @@ def _cost_summary(cost: dict[str, Any]) -> list[str]:
 def _cost_section(cost: dict[str, Any], tcg: bool) -> Section:
     base = cost["baseline"]
     rows = [[r["r3_name"], r["configuration"], fmt_est(r["throughput"]),
-             _pct(r.get("throughput_vs_baseline")) if r["configuration"] != base else "(baseline)",
+             gain_text(r.get("throughput_vs_baseline")) if r["configuration"] != base else "(baseline)",
              fmt_est(r["latency_us"]),
-             _pct(r.get("latency_vs_baseline")) if r["configuration"] != base else "(baseline)",
+             gain_text(r.get("latency_vs_baseline")) if r["configuration"] != base else "(baseline)",
              ", ".join(x.split(":")[0] for x in r["flags"]) or "–"] for r in cost["rows"]]
     warn = [Note("Guests ran under TCG software emulation: these speeds are the emulated CPU's, not the disk's; "
                  "the verdicts below are 'not testable here'. Run on a machine with KVM.", "warn")] if tcg else []
@@ -226,7 +219,7 @@ def _cost_section(cost: dict[str, Any], tcg: bool) -> Section:
     fam = cost["family"]
     chart = _cost_chart(cost, tcg)
     against = [[a["r3_name"], f"{a['r3_gain_pct']:+.1f} % ({a['claim']})",
-                f"{a['configuration']}: {_pct(a['measured'])}", a["verdict"], a["reason"]]
+                f"{a['configuration']}: {gain_text(a['measured'])}", a["verdict"], a["reason"]]
                for a in cost["against_r3"]]
     against += [[n["r3_name"], f"{n['r3_gain_pct']:+.1f} %", "not measured", "–", n["reason"]]
                 for n in cost["not_measured"]]
