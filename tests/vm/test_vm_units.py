@@ -83,3 +83,34 @@ def test_the_network_peer_is_a_diskless_guest_of_the_same_kernel_and_accelerator
     assert "-blockdev" not in argv and argv[argv.index("-name") + 1] == "iolab-x-peer"
     assert argv[argv.index("-accel") + 1:argv.index("-accel") + 4] == ["kvm", "-cpu", "host"]
     assert f"user,id=net0,ipv6=off,hostfwd=tcp:127.0.0.1:40002-:{GUEST_SERVER_PORT}" in argv
+
+
+def test_an_application_tree_goes_in_whole_with_the_host_libraries_it_needs(tmp_path: Path) -> None:
+    """guest_apps' trees (tree_entries): every file with its mode, directories, symlinks as
+    links; an ELF file brings the host libraries it needs from outside the tree, never a copy
+    of one inside it; changing a byte of the tree changes the image's hash."""
+    app = tmp_path / "app"
+    (app / "bin").mkdir(parents=True)
+    (app / "lib").mkdir()
+    shutil.copyfile("/usr/bin/gzip", app / "bin" / "tool")  # dynamic: libc from the host
+    (app / "bin" / "tool").chmod(0o750)
+    (app / "lib" / "data.txt").write_text("config\n")
+    (app / "lib" / "data.txt").chmod(0o640)
+    (app / "current").symlink_to("lib/data.txt")
+    entries = {e.name: e for e in guest_image.tree_entries("opt/app", app)}
+    assert entries["opt/app/bin/tool"].mode & 0o777 == 0o750 and entries["opt/app/bin/tool"].source is not None
+    assert entries["opt/app/lib/data.txt"].mode & 0o777 == 0o640
+    assert entries["opt/app/current"].symlink == "lib/data.txt"
+    assert {"opt/app", "opt/app/bin", "opt/app/lib"} <= set(entries)
+    libc = [n for n in entries if "/libc.so" in f"/{n}"]
+    assert libc and all(not n.startswith("opt/app") for n in libc), sorted(entries)
+    assert not [n for n in entries if str(app) in n], "no host path of the tree itself"
+
+    release = guest_image.host_kernel()[1]
+    kernel = guest_image.host_kernel()[0]
+    one = guest_image.content_digest(kernel, guest_image.image_entries(release, extra_trees={"opt/app": app}))
+    (app / "lib" / "data.txt").write_text("config!\n")
+    two = guest_image.content_digest(kernel, guest_image.image_entries(release, extra_trees={"opt/app": app}))
+    assert one != two
+    with pytest.raises(guest_image.CapabilityMissing, match="not found"):
+        guest_image.tree_entries("opt/x", tmp_path / "missing")

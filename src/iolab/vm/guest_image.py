@@ -25,7 +25,7 @@ from pathlib import Path
 
 from iolab.core import paths
 from iolab.core.errors import CapabilityMissing
-from iolab.vm import cpio
+from iolab.vm import cpio, pvh
 
 FORMAT_VERSION = "1"  # bump when the image layout changes in a way the inputs do not show
 KEEP_IMAGES = 4  # cached images kept (most recently used); a workload with extra binaries has its own
@@ -95,8 +95,10 @@ def find_busybox() -> Path:
     raise CapabilityMissing("no static busybox (Debian: apt-get install busybox-static)")
 
 
-def _dynamic_libs(binary: Path) -> list[Path]:
-    """Shared libraries `binary` needs (ldd), including the dynamic loader; [] if static."""
+def _dynamic_libs(binary: Path, missing_ok: bool = False) -> list[Path]:
+    """Shared libraries `binary` needs (ldd), including the dynamic loader; [] if static.
+    missing_ok: a library ldd cannot find is skipped (an application's own, which it loads
+    from its tree: the JVM's libjava.so finds libjvm.so once libjvm.so is loaded)."""
     proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
     if proc.returncode != 0 or "not a dynamic executable" in proc.stdout + proc.stderr:
         return []
@@ -105,7 +107,7 @@ def _dynamic_libs(binary: Path) -> list[Path]:
         m = re.search(r"=>\s*(/\S+)", line) or re.match(r"\s*(/\S+)", line)
         if m:
             libs.append(Path(m.group(1)))
-        elif "not found" in line:
+        elif "not found" in line and not missing_ok:
             raise CapabilityMissing(f"{binary}: shared library missing on the host: {line.strip()}")
     return libs
 
@@ -189,8 +191,36 @@ def build_agent() -> Path:
 
 # ---------------------------------------------------------------- assembling the image
 
+def tree_entries(guest_dir: str, host_dir: Path) -> list[cpio.Entry]:
+    """Every directory, file and symlink under `host_dir`, at `guest_dir` with its mode (an
+    application's own tree, e.g. a Java runtime), and the host libraries its ELF files need
+    from outside the tree (libstdc++ for RocksDB's JNI library, ...)."""
+    if not host_dir.is_dir():
+        raise CapabilityMissing(f"directory to include in the guest not found: {host_dir}")
+    top = host_dir.resolve()
+    out = [cpio.directory(guest_dir)]
+    for path in sorted(host_dir.rglob("*")):
+        name = f"{guest_dir.rstrip('/')}/{path.relative_to(host_dir)}"
+        if path.is_symlink():
+            out.append(cpio.symlink(name, os.readlink(path)))
+        elif path.is_dir():
+            out.append(cpio.directory(name))
+        elif path.is_file():
+            out.append(cpio.file_from(name, path, path.stat().st_mode & 0o777))
+            if _is_elf(path):
+                out += [cpio.file_from(str(lib), lib.resolve()) for lib in _dynamic_libs(path, missing_ok=True)
+                        if not lib.resolve().is_relative_to(top)]
+    return out
+
+
+def _is_elf(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"\x7fELF"
+
+
 def image_entries(release: str, extra_binaries: Iterable[Path | str] = (),
-                  extra_files: Mapping[str, Path | str] | None = None) -> list[cpio.Entry]:
+                  extra_files: Mapping[str, Path | str] | None = None,
+                  extra_trees: Mapping[str, Path] | None = None) -> list[cpio.Entry]:
     """Every member of the initramfs; the image hash is computed over these."""
     moddir = Path("/lib/modules") / release
     mods = module_closure(moddir, [m for group in MODULE_GROUPS.values() for m in group])
@@ -214,6 +244,8 @@ def image_entries(release: str, extra_binaries: Iterable[Path | str] = (),
         entries += binary_entries(Path(b))
     for guest_path, host in (extra_files or {}).items():
         entries += binary_entries(Path(host), guest_path)
+    for guest_dir, host_dir in (extra_trees or {}).items():
+        entries += tree_entries(guest_dir.strip("/"), Path(host_dir))
     return _dedupe(entries)
 
 
@@ -255,22 +287,25 @@ def _file_hash(p: Path) -> str:
 
 def build_guest(extra_binaries: Iterable[Path | str] = (),
                 extra_files: Mapping[str, Path | str] | None = None,
-                kernel: Path | None = None) -> GuestImage:
+                kernel: Path | None = None,
+                extra_trees: Mapping[str, Path] | None = None) -> GuestImage:
     """The built-in guest, built once per distinct set of inputs and then reused.
 
     extra_binaries: host binaries placed at the same path in the guest, with their libraries
     (e.g. /usr/bin/sysbench). extra_files: guest path -> host binary (e.g. a native helper
-    built in a temp dir). Both are part of the content hash.
+    built in a temp dir). extra_trees: guest directory -> host directory copied whole (an
+    application such as YCSB's Java runtime, tree_entries). All are part of the content hash.
     """
     if kernel is None:
         kernel, release = host_kernel()
     else:
         release = _release_of(kernel)
-    entries = image_entries(release, extra_binaries, extra_files)
+    entries = image_entries(release, extra_binaries, extra_files, extra_trees)
     digest = content_digest(kernel, entries)
     out = paths.cache_dir() / "guest" / digest
     meta = {"binaries": sorted({*DEFAULT_BINARIES, *map(str, extra_binaries)}),
             "extra_files": sorted((extra_files or {}).keys()),
+            **({"extra_trees": sorted(extra_trees)} if extra_trees else {}),
             "modules": (Path("/lib/modules") / release).name}
     if not (out / "manifest.json").exists():
         _materialise(out, kernel, entries, lambda boot: _image(out, release, digest, meta, boot))
@@ -294,61 +329,6 @@ def _image(out: Path, release: str, digest: str, meta: Mapping[str, object], boo
                       {**meta, "boot_protocol": boot})
 
 
-def pvh_vmlinux(bzimage: Path) -> bytes | None:
-    """The uncompressed ELF kernel inside a bzImage, if it can boot through PVH.
-
-    Why: under TCG the bzImage spends ~2.5 s decompressing itself; QEMU boots an ELF
-    vmlinux carrying a PVH entry note directly. None when the payload is not xz/gzip or
-    the kernel lacks CONFIG_PVH, and the caller then boots the bzImage as usual.
-    """
-    data = bzimage.read_bytes()
-    elf = _decompress_payload(data)
-    if elf is None or elf[:4] != b"\x7fELF" or not _has_pvh_note(elf):
-        return None
-    return elf
-
-
-def _decompress_payload(data: bytes) -> bytes | None:
-    import lzma
-    import zlib
-
-    i = data.find(b"\xfd7zXZ\x00")
-    if i >= 0:
-        try:
-            return lzma.LZMADecompressor().decompress(data[i:])
-        except lzma.LZMAError:
-            return None
-    i = data.find(b"\x1f\x8b\x08")
-    if i >= 0:
-        try:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data[i:])
-        except zlib.error:
-            return None
-    return None
-
-
-def _has_pvh_note(elf: bytes) -> bool:
-    """True if a PT_NOTE segment holds a "Xen" note of type 18 (XEN_ELFNOTE_PHYS32_ENTRY)."""
-    import struct
-
-    if elf[4] != 2:  # ELFCLASS64 only
-        return False
-    phoff, = struct.unpack_from("<Q", elf, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
-    for k in range(phnum):
-        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", elf, phoff + k * phentsize)
-        if p_type != 4:
-            continue
-        off, end = p_offset, p_offset + p_filesz
-        while off + 12 <= end:
-            namesz, descsz, ntype = struct.unpack_from("<III", elf, off)
-            name = elf[off + 12: off + 12 + namesz].rstrip(b"\0")
-            if name == b"Xen" and ntype == 18:
-                return True
-            off += 12 + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
-    return False
-
-
 def _initramfs_name() -> str:
     return "initramfs.cpio.gz" if COMPRESS else "initramfs.cpio"
 
@@ -359,7 +339,7 @@ def _materialise(out: Path, kernel: Path, entries: list[cpio.Entry],
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
     try:
-        elf = pvh_vmlinux(kernel)
+        elf = pvh.vmlinux(kernel)
         image = describe("pvh" if elf is not None else "bzimage")
         if elf is not None:
             (tmp / image.kernel.name).write_bytes(elf)

@@ -15,6 +15,8 @@ mount -t tmpfs tmpfs /run
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 ln -sf /proc/self/mounts /etc/mtab
+# the loopback interface, as any Linux system has it: Java's networking (YCSB) refuses to start without one
+ifconfig lo 127.0.0.1 up 2>/dev/null
 kver=$(uname -r)
 # iolab_modules=virtio-blk,ext4 on the kernel command line names the module groups to load
 groups="base $(echo "${iolab_modules:-}" | tr ',' ' ')"
