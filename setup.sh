@@ -65,6 +65,8 @@ install_python() {
   .venv/bin/python -c "from iolab.native import build_all; [print('  ', p) for p in build_all()]"
   echo "== building the ycsb workload's jars (cached; the first time from Maven Central)"
   .venv/bin/python -m iolab.native.ycsb_build
+  echo "== cutting the guest's Java runtime for ycsb in a guest (cached)"
+  .venv/bin/python -m iolab.native.ycsb_guest
 }
 
 need_root

@@ -29,7 +29,7 @@ import pytest
 from iolab.core.errors import CapabilityMissing, TrialFailed
 from iolab.core.exec import ExecResult
 from iolab.core.paths import cache_dir
-from iolab.native import ycsb_build
+from iolab.native import ycsb_build, ycsb_guest
 from iolab.workloads.ycsb import YcsbParams, YcsbWorkload, judge, phase_flags, phase_metrics
 from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
@@ -38,6 +38,7 @@ needs_java = pytest.mark.skipif(shutil.which("java") is None,
                                 reason="java not installed (apt-get install default-jdk-headless; ./setup.sh install "
                                        "installs it and builds the ycsb jars)")
 LOOP_EXT4 = '[target]\nkind = "loop"\nsize = "128M"\nfilesystem = "ext4"\n'
+GUEST_YCSB = '[target]\nkind = "qemu"\nguest_fs = "ext4"\nguest_apps = ["ycsb"]\nmemory = "1G"\n'
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +133,43 @@ def test_workload_a_on_an_ext4_loop_device(lab: Lab, ycsb_ready: ycsb_build.Ycsb
     synced = 1000 + device["metrics"]["run_update_ops"]
     assert d["flushes"] >= synced > 4 * p["flushes"], (p, d)
     assert d["reads"] >= 200 and d["reads"] > 4 * p["reads"], (p, d)
+    lab.assert_nothing_left()
+
+
+@needs_root
+@needs_java
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="QEMU not installed")
+def test_insert_only_64k_records_in_the_built_in_guest(lab: Lab, ycsb_ready: ycsb_build.YcsbBuild) -> None:
+    """sync-amplification's YCSB configuration (R3: insert-only, 64 KB records), small, in the
+    built-in guest (guest_apps = ["ycsb"]: the jlinked runtime, the jars, RocksDB's library):
+    YCSB's counts are what was asked, it ran in the guest from the bundle, and its synced
+    writes reached the guest disk (each WAL sync a flush of the image's host device)."""
+    lab.env["IOLAB_CACHE"] = str(cache_dir())  # the jars and the guest bundle (set-up built them)
+    try:
+        ycsb_guest.installed()
+    except CapabilityMissing:
+        ycsb_guest.build()
+    n = 40
+    spec = lab.spec(study_table("ycsb-guest", repetitions=1, max_repetitions=1) + GUEST_YCSB + _workload(
+        readproportion=0, updateproportion=0, insertproportion=1, fieldcount=1, fieldlength="64k", recordcount=n,
+        operationcount=n, heap="256M", sync_writes=True))
+    r = lab.iolab("run", spec, timeout=900)
+    assert r.returncode == 0, r.stderr
+    (t,) = lab.report_json()["trials"]
+    assert t["status"] == "ok", t["error"]
+    m = t["metrics"]
+    assert m["load_insert_ops"] == m["load_operations"] == n and m["run_insert_ops"] == m["run_operations"] == n
+    assert {k for k in m if re.fullmatch(r"run_\w+_ops", k)} == {"run_insert_ops"}  # insert-only, as asked
+    assert m["load_errors"] == m["run_errors"] == 0 and m["run_ops_s"] > 0
+    facts = t["manifest"]["workload_facts"]
+    assert facts["where"] == "guest" and facts["db_dir"] == "/mnt/iolab/iolab-ycsb/db"
+    assert "jlink" in facts["java"] and facts["guest_bundle"]["rocksdb_library"].startswith("librocksdbjni-")
+    assert "/opt/iolab/ycsb/jre/bin/java" in t["manifest"]["job"] and "fieldlength=65536\n" in t["manifest"]["job"]
+    # 2n synced 64 KiB records: each WAL fsync in the guest is a flush of the image's host device
+    disk = t["probes"]["host_disk"]
+    assert disk["write_bytes"] >= 2 * n * 65536 and disk["flushes"] >= 2 * n, disk
+    if t["manifest"]["target"]["accel"] == "tcg":
+        assert any(f.startswith("tcg_emulation") for f in t["flags"])
     lab.assert_nothing_left()
 
 
@@ -312,7 +350,12 @@ HOSTILE: list[tuple[str, str, list[str]]] = [
     (LOOP_EXT4, _workload(heap="64M", fieldcount=1, fieldlength="16M", threads=8), ["heap", "too small"]),
     ('[target]\nkind = "loop"\nsize = "128M"\n', _workload(), ["workload", "filesystem = \"ext4\"",
                                                               "filesystem = 'none'"]),
-    ('[target]\nkind = "qemu"\n', _workload(), ["workload", "kind = 'qemu'"]),
+    ('[target]\nkind = "qemu"\n', _workload(), ["workload", "guest_apps = [\"ycsb\"]", "guest_fs = 'none'"]),
+    (GUEST_YCSB.replace('memory = "1G"\n', ""), _workload(),  # the default 1G heap in the default 512M guest
+     ["workload", "memory 512m cannot hold a 1g JVM heap", "memory = \"1792M\""]),
+    (GUEST_YCSB.replace('"ycsb"]', '"jvm"]'), _workload(heap="256M"), ["target.guest_apps", "jvm"]),
+    (GUEST_YCSB + 'kernel = "/boot/k"\ninitramfs = "/boot/i"\n', _workload(heap="256M"),
+     ["target", "a guest of your own (initramfs) must bring them itself"]),
     (LOOP_EXT4, _workload(recordcount=200_000, fieldlength="1k"), ["workload", "does not fit", "128m"]),
 ]
 

@@ -19,6 +19,7 @@ belong inside a measurement.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -46,6 +47,18 @@ JAVA_MISSING = ("java not found: the ycsb workload runs YCSB's Java client; inst
 
 
 @dataclass(frozen=True)
+class JavaCommand:
+    """How to start YCSB's client where a trial runs: on the host (YcsbBuild.command) or in the
+    built-in guest (ycsb_guest.GuestBundle.command): the launcher, class path, extra JVM flags,
+    and what the manifest records of them."""
+
+    java: str
+    classpath: str
+    flags: tuple[str, ...]
+    facts: dict[str, object]
+
+
+@dataclass(frozen=True)
 class YcsbBuild:
     """A finished build: where it is and the class path to run YCSB with."""
 
@@ -56,6 +69,12 @@ class YcsbBuild:
     @property
     def classpath_arg(self) -> str:
         return os.pathsep.join(self.classpath)
+
+    def command(self) -> JavaCommand:
+        """YCSB on the host, with the host's java."""
+        launcher = java()
+        return JavaCommand(launcher, self.classpath_arg, (),
+                           {"ycsb_build": self.facts, "java": java_version(launcher)})
 
 
 def _source(name: str) -> bytes:
@@ -104,7 +123,7 @@ def installed() -> YcsbBuild:
     return YcsbBuild(d, classpath, facts)
 
 
-def _tool(name: str, package: str) -> str:
+def tool(name: str, package: str) -> str:
     found = shutil.which(name)
     if not found:
         raise CapabilityMissing(f"{name} not found: building the ycsb workload needs it "
@@ -112,7 +131,7 @@ def _tool(name: str, package: str) -> str:
     return found
 
 
-def _run(argv: list[str], what: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def run_tool(argv: list[str], what: str, timeout: float) -> subprocess.CompletedProcess[str]:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -125,33 +144,36 @@ def _run(argv: list[str], what: str, timeout: float) -> subprocess.CompletedProc
 def _resolve(pom: Path, lib: Path) -> bool:
     """Copy the pinned jars into `lib`: offline first (Maven's repository here may have them
     all), then online. Returns whether Maven Central was needed."""
-    mvn = _tool("mvn", "maven")
+    mvn = tool("mvn", "maven")
     argv = [mvn, "-B", "-q", "-f", str(pom), f"-Dmaven.repo.local={root() / 'maven-repo'}",
             "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}"]
     try:
-        _run([argv[0], "-o", *argv[1:]], "resolving the ycsb jars offline", 300)
+        run_tool([argv[0], "-o", *argv[1:]], "resolving the ycsb jars offline", 300)
         return False
     except IolabError:
         shutil.rmtree(lib, ignore_errors=True)
-    _run(argv, "resolving the ycsb jars from Maven Central (mvn dependency:copy-dependencies)", 1200)
+    run_tool(argv, "resolving the ycsb jars from Maven Central (mvn dependency:copy-dependencies)", 1200)
     return True
 
 
-def _java_version() -> str:
-    out = subprocess.run([java(), "-version"], capture_output=True, text=True, timeout=60)
-    return (out.stderr or out.stdout).strip().splitlines()[0] if (out.stderr or out.stdout).strip() else "unknown"
+@functools.lru_cache(maxsize=4)
+def java_version(launcher: str) -> str:
+    """`java -version`'s first line, once per process: which JVM ran the trials."""
+    out = subprocess.run([launcher, "-version"], capture_output=True, text=True, timeout=60)
+    lines = (out.stderr or out.stdout).strip().splitlines()
+    return lines[0] if lines else "unknown"
 
 
 def compile_binding(source: Path, jars: list[str], classes: Path, flags: tuple[str, ...] = JAVAC_FLAGS) -> None:
     """javac the binding against the jars. No -Werror here: a newer JDK's new lint warning must
     not stop a user's set-up; the tests compile with STRICT_JAVAC_FLAGS to keep it warning-free."""
-    _run([_tool("javac", "default-jdk-headless"), *flags, "-cp", os.pathsep.join(jars), "-d", str(classes),
+    run_tool([tool("javac", "default-jdk-headless"), *flags, "-cp", os.pathsep.join(jars), "-d", str(classes),
           str(source)], "compiling iolab's YCSB binding", 300)
 
 
 def _build_into(tmp: Path) -> tuple[list[str], dict[str, object]]:
     """Resolve, compile and pack in `tmp`; (jar paths relative to the build, facts of the build)."""
-    jar = _tool("jar", "default-jdk-headless")
+    jar = tool("jar", "default-jdk-headless")
     for name in SOURCES:
         (tmp / name).write_bytes(_source(name))
     lib = tmp / "lib"
@@ -162,10 +184,10 @@ def _build_into(tmp: Path) -> tuple[list[str], dict[str, object]]:
         raise IolabError(f"Maven copied no YCSB core jar into {lib}: {', '.join(jars) or 'nothing'}")
     classes = tmp / "classes"
     compile_binding(tmp / "IolabRocksDbClient.java", jars, classes)
-    _run([jar, "cf", str(tmp / "iolab-ycsb.jar"), "-C", str(classes), "."], "packing iolab's YCSB binding", 120)
+    run_tool([jar, "cf", str(tmp / "iolab-ycsb.jar"), "-C", str(classes), "."], "packing iolab's YCSB binding", 120)
     shutil.rmtree(classes)
     names = ["iolab-ycsb.jar", *(f"lib/{Path(j).name}" for j in jars)]
-    return names, {"digest": digest(), "jars": [Path(j).name for j in jars], "jdk": _java_version(),
+    return names, {"digest": digest(), "jars": [Path(j).name for j in jars], "jdk": java_version(java()),
                    "maven_central": online, "seconds": round(time.monotonic() - t0, 1)}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -23,6 +24,7 @@ from iolab.core.exec import ExecRequest
 from iolab.core.net import free_port
 from iolab.core.resources import Ledger, Resource
 from iolab.core.units import format_size, parse_size
+from iolab.native import ycsb_guest
 from iolab.native.build import GUEST_DIR, available, helper_path
 from iolab.targets import blockinfo
 from iolab.targets.base import TCG_TIME_FACTOR, Placement, Target, TargetParams
@@ -63,6 +65,12 @@ from iolab.vm.guest_setup import (
 from iolab.vm.image import create_image, image_info, prefill
 from iolab.vm.lifecycle import QemuVM
 
+# applications the built-in guest can carry (guest_apps): name -> (its directory in the guest,
+# the host directory copied there whole); each is built by the set-up command, never by a run
+GUEST_APPS: dict[str, Callable[[], tuple[str, Path]]] = {
+    "ycsb": lambda: (ycsb_guest.GUEST_DIR, ycsb_guest.installed().directory),
+}
+
 
 class QemuGuestParams(TargetParams):
     kind: Literal["qemu"] = "qemu"
@@ -89,6 +97,9 @@ class QemuGuestParams(TargetParams):
     extra_binaries: tuple[str, ...] = Field((), description="host binaries to add to the built-in guest")
     native_helpers: tuple[str, ...] = Field((), description="iolab C helpers to install in the guest "
                                                             "(e.g. iolab_stream)")
+    guest_apps: tuple[Literal["ycsb"], ...] = Field((), description="applications to add to the built-in guest "
+                                                    "beside fio: ycsb (a Java runtime, YCSB and RocksDB, ~90 MB "
+                                                    "more guest RAM)")
     network: Network = Field("none", description="user: a virtio-net NIC on user-mode networking "
                                                  "(guest 10.0.2.15, host loopback 10.0.2.2)")
     net_peer: bool = Field(False, description="boot a second, diskless guest on its own user network, "
@@ -120,6 +131,9 @@ class QemuGuestParams(TargetParams):
             problems.append(f"memory must be at least 384M for the built-in guest, got {format_size(self.memory)}")
         elif self.memory < (128 << 20):
             problems.append(f"memory must be at least 128M, got {format_size(self.memory)}")
+        if self.guest_apps and self.initramfs:
+            problems.append(f"guest_apps {', '.join(self.guest_apps)} are added to the built-in guest; a guest of "
+                            "your own (initramfs) must bring them itself")
         if self.initramfs and not self.kernel:
             problems.append("initramfs given without kernel: pass both, or neither")
         if problems:
@@ -161,6 +175,7 @@ class QemuGuestTarget(Target):
             *(["gives the guest a virtio-net NIC on user-mode networking (host loopback at 10.0.2.2)"]
               if p.network == "user" else []),
             *(["boots a second, diskless guest as network peer"] if p.net_peer else []),
+            *([f"adds {', '.join(p.guest_apps)} to the built-in guest"] if p.guest_apps else []),
             "stops the guest and removes the image and loop device at the end, also on failure",
         ]
 
@@ -177,6 +192,8 @@ class QemuGuestTarget(Target):
         problem = sizing.guest_fits(wanted, host, label) if host else None
         if problem:
             raise CapabilityMissing(problem + "; give the target less `memory`")
+        for app in p.guest_apps:
+            GUEST_APPS[app]()  # CapabilityMissing if the set-up did not build it
         if not p.image_dir:
             scratch = paths.scratch_dir()
             problem = sizing.space_problem(image_loop_size(p.disk_size), sizing.free_bytes(scratch), str(scratch))
@@ -221,7 +238,8 @@ class QemuGuestTarget(Target):
         mount = make_ext4(executor, dev) if p.guest_fs == "ext4" else None
         extras: dict[str, Any] = {"qmp": self.vm.qmp, "vm": self.vm, "qemu_pid": self.vm.pid,
                                   "qmp_device": DISK_ID, "accel": accel.accel,
-                                  "native_helpers": {n: f"{GUEST_DIR}/{n}" for n in p.native_helpers}}
+                                  "native_helpers": {n: f"{GUEST_DIR}/{n}" for n in p.native_helpers},
+                                  "guest_apps": {n: GUEST_APPS[n]()[0] for n in p.guest_apps}}
         if spec.net is not None:
             configure_network(executor)
             extras["net"] = {"host_addr": GUEST_NET["host"], "forward_port": spec.net.hostfwd[0][0],
@@ -252,8 +270,9 @@ class QemuGuestTarget(Target):
         if p.kernel and p.initramfs:
             return guest_image.user_guest(p.kernel, p.initramfs)
         helpers = {f"{GUEST_DIR}/{n}": helper_path(n) for n in p.native_helpers}
+        trees = dict(GUEST_APPS[n]() for n in p.guest_apps)
         return guest_image.build_guest(p.extra_binaries, extra_files=helpers,
-                                       kernel=Path(p.kernel) if p.kernel else None)
+                                       kernel=Path(p.kernel) if p.kernel else None, extra_trees=trees)
 
     def _image_directory(self) -> tuple[Path, str | None]:
         """Where the image goes and the host block device whose counters see its I/O.

@@ -13,8 +13,11 @@ YCSB exits 0 even when the database did not open or a client thread died, so a t
 from what YCSB printed: a Java exception, a load that did not insert every record or failed one,
 a run that did not do the operations asked for, or wrong data found by YCSB's own check
 (`dataintegrity`) fail it. Failed operations of the run phase are counted (`run_errors`) and
-flagged. Host targets only (the jars are on the host): `host`, or `loop`/`cgroups` with
-filesystem = "ext4". docs/ycsb.md has the parameters, metrics and the build.
+flagged. On the host (`host`, or `loop`/`cgroups` with filesystem = "ext4") from the host
+build, or in the built-in guest (`qemu` with guest_fs = "ext4" and guest_apps = ["ycsb"])
+from its jlinked bundle (native/ycsb_guest.py); the database directory is made and removed
+through the executor, so the same marker guard holds in both. docs/ycsb.md has the
+parameters, metrics and the build.
 
 Size: the parameters (over YCSB's standard workloads), the two-phase run and the judging of
 YCSB's text are one contract (what was asked is what YCSB must report having done) and are
@@ -24,23 +27,19 @@ workload came.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import shlex
-import shutil
-import subprocess
 import time
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from iolab.core.errors import TrialFailed
-from iolab.core.exec import ExecRequest, ExecResult
+from iolab.core.exec import ExecRequest, ExecResult, Executor
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import format_size, parse_duration, parse_size
-from iolab.native import ycsb_build
+from iolab.native import ycsb_build, ycsb_guest
 from iolab.targets.base import Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -66,8 +65,11 @@ PERCENTILES = (50, 95, 99)
 DB_DIR = "iolab-ycsb"  # inside the target's directory
 MARKER = "IOLAB-YCSB"  # written first into DB_DIR: only a directory holding it is ever removed
 GC_FLAG_PERCENT = 5.0
-HOST_ONLY = ("ycsb runs YCSB's Java client on the host, on a filesystem: use a `host` target, or a `loop` or "
-             "`cgroups` target with filesystem = \"ext4\"")
+NEEDS_FS = ("ycsb needs a filesystem to keep its database in: a `host` target, a `loop` or `cgroups` target with "
+             "filesystem = \"ext4\", or a `qemu` target with guest_fs = \"ext4\" and guest_apps = [\"ycsb\"]")
+GUEST_APP = "ycsb"  # the qemu target's guest_apps entry that puts YCSB in the built-in guest
+GUEST_NEEDS = ("ycsb in a guest needs YCSB in it: give the qemu target guest_apps = [\"ycsb\"] (the built-in guest "
+               "has no Java runtime otherwise) and guest_fs = \"ext4\"")
 
 _LINE = re.compile(r"^\[([^\]]+)\], ([^,]+), (\S+)\s*$", re.M)
 _EXCEPTION = re.compile(r"^(?:Exception in thread \"[^\"]*\" )?((?:[A-Za-z_$][\w$]*\.)+[\w$]*(?:Exception|Error)\b.*)$",
@@ -205,15 +207,29 @@ class YcsbWorkload(Workload):
 
     @classmethod
     def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """A filesystem on the host, large enough for the records themselves."""
+        """A filesystem on the host or in a guest that carries YCSB, large enough for the records;
+        in a guest, also memory enough for the JVM's heap beside the rest."""
         kind = target.get("kind")
-        if kind not in ("host", "loop", "cgroups") or (kind != "host" and target.get("filesystem") != "ext4"):
-            fs = f", filesystem = {target.get('filesystem')!r}" if kind in ("loop", "cgroups") else ""
-            raise ValueError(f"{HOST_ONLY} (this target: kind = {kind!r}{fs})")
-        size = target.get("size") if kind == "loop" else None
-        if kind == "cgroups" and not target.get("device"):  # its scratch image also holds the load's data file
-            size = int(target.get("size", 0)) - int(target.get("data_size", 0))
         p = YcsbParams(**workload)
+        if kind == "qemu":
+            if target.get("guest_fs") != "ext4" or GUEST_APP not in (target.get("guest_apps") or ()):
+                raise ValueError(f"{GUEST_NEEDS} (this target: guest_fs = {target.get('guest_fs', 'none')!r}, "
+                                 f"guest_apps = {list(target.get('guest_apps') or [])})")
+            memory = int(target.get("memory", 512 << 20))
+            if p.heap + ycsb_guest.GUEST_OVERHEAD > memory:
+                raise ValueError(f"the guest's memory {format_size(memory)} cannot hold a {format_size(p.heap)} "
+                                 f"JVM heap beside the guest's own {format_size(ycsb_guest.GUEST_OVERHEAD)} (the "
+                                 "initramfs with Java in it, RocksDB's memtables and cache): give the target memory = "
+                                 f"\"{math.ceil((p.heap + ycsb_guest.GUEST_OVERHEAD) / (1 << 20))}M\" or the "
+                                 "workload a smaller heap")
+            size = target.get("disk_size", 256 << 20)
+        elif kind in ("host", "loop", "cgroups") and (kind == "host" or target.get("filesystem") == "ext4"):
+            size = target.get("size") if kind == "loop" else None
+            if kind == "cgroups" and not target.get("device"):  # its scratch image also holds the load's data file
+                size = int(target.get("size", 0)) - int(target.get("data_size", 0))
+        else:
+            fs = f", filesystem = {target.get('filesystem')!r}" if kind in ("loop", "cgroups") else ""
+            raise ValueError(f"{NEEDS_FS} (this target: kind = {kind!r}{fs})")
         data = p.recordcount * p.record_bytes()
         if isinstance(size, int) and data > size:
             raise ValueError(f"recordcount x fieldcount x fieldlength = {format_size(data)} of records does not fit "
@@ -247,38 +263,46 @@ class YcsbWorkload(Workload):
             props.update(operationcount=INT_MAX, maxexecutiontime=p.maxexecutiontime)
         return "".join(f"{k}={v:g}\n" if isinstance(v, float) else f"{k}={v}\n" for k, v in props.items())
 
-    def argv(self, build: ycsb_build.YcsbBuild, phase: str) -> list[str]:
+    def argv(self, cmd: ycsb_build.JavaCommand, phase: str) -> list[str]:
         heap = f"{self.params.heap >> 20}m"
         # no perf-data file in /tmp; RocksDB's native library unpacks into the work dir, removed with it
-        return [ycsb_build.java(), "-XX:-UsePerfData", f"-Xms{heap}", f"-Xmx{heap}", "-Djava.io.tmpdir=.",
-                "-cp", build.classpath_arg, ycsb_build.CLIENT_CLASS, "-load" if phase == "load" else "-t",
+        return [cmd.java, "-XX:-UsePerfData", f"-Xms{heap}", f"-Xmx{heap}", "-Djava.io.tmpdir=.", *cmd.flags,
+                "-cp", cmd.classpath, ycsb_build.CLIENT_CLASS, "-load" if phase == "load" else "-t",
                 "-db", ycsb_build.DB_CLASS, "-P", "workload.properties"]
 
+    def command(self, placement: Placement) -> ycsb_build.JavaCommand:
+        """YCSB where the trial runs: the host build, or the guest's bundle (guest_apps = ["ycsb"])."""
+        if placement.executor.name == "host":
+            return ycsb_build.installed().command()  # CapabilityMissing without java or the built jars
+        if GUEST_APP not in placement.extras.get("guest_apps", {}):
+            raise TrialFailed(GUEST_NEEDS)
+        return ycsb_guest.installed().command()
+
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
-        if placement.executor.name != "host" or not placement.directory:
-            raise TrialFailed(HOST_ONLY)
-        build = ycsb_build.installed()  # CapabilityMissing without java or the built jars
-        home = fresh_dir(Path(placement.directory))
-        text = self.properties(str(home / "db"))
+        if not placement.directory:
+            raise TrialFailed(NEEDS_FS)
+        cmd = self.command(placement)
         deadline = time.monotonic() + timeout_s
+        home = fresh_dir(placement.executor, placement.directory, timeout_s)
+        text = self.properties(f"{home}/db")
         phases: dict[str, tuple[ExecResult, dict[str, Any]]] = {}
         try:
             for phase in ("load", "run"):
-                argv = self.argv(build, phase)
+                argv = self.argv(cmd, phase)
                 res = placement.executor.run(ExecRequest(argv=argv, timeout_s=max(deadline - time.monotonic(), 1),
                                                          files={"workload.properties": text}))
                 phases[phase] = (res, judge(phase, res, self.expected(phase)))
         except BaseException:
-            shutil.rmtree(home, ignore_errors=True)  # ours (fresh_dir made it): the trial's own error is the news
+            remove_own(placement.executor, home, strict=False)  # ours; the trial's own error is the news
             raise
-        remove_own(home)
+        remove_own(placement.executor, home)
         metrics: dict[str, float] = {}
         flags: list[str] = []
         for phase, (res, parsed) in phases.items():
             metrics.update(phase_metrics(phase, parsed))
             flags += phase_flags(phase, parsed, res)
-        job = text + "".join(f"# {ph}: {shlex.join(self.argv(build, ph))}\n" for ph in phases)
-        facts = {"ycsb_build": build.facts, "java": java_version(ycsb_build.java()), "db_dir": str(home / "db"),
+        job = text + "".join(f"# {ph}: {shlex.join(self.argv(cmd, ph))}\n" for ph in phases)
+        facts = {**cmd.facts, "where": placement.executor.name, "db_dir": f"{home}/db",
                  "record_bytes": self.params.record_bytes(),
                  "phases": {ph: {"wall_s": round(r.wall_s, 3), "cpu_busy": round(r.cpu_busy, 3)}
                             for ph, (r, _) in phases.items()}}
@@ -301,31 +325,43 @@ class YcsbWorkload(Workload):
                 f"{p.threads} thread(s); a fresh database every trial"]
 
 
-def fresh_dir(parent: Path) -> Path:
-    """iolab's own database directory in `parent`, empty: a previous trial's is removed first."""
-    home = parent / DB_DIR
-    if home.exists():
-        remove_own(home)
-    home.mkdir()
-    (home / MARKER).write_text("made by iolab's ycsb workload; removed after each trial\n")
+# fresh_dir and remove_own run through the executor, so the same guard holds on the host and in a guest
+_FRESH = f"""set -e
+d="$1"
+if [ -e "$d" ] || [ -L "$d" ]; then
+  if [ -L "$d" ] || [ ! -f "$d/{MARKER}" ]; then
+    echo "refusing to remove $d: it was not made by iolab's ycsb workload (no {MARKER} in it)" >&2; exit 3
+  fi
+  rm -rf -- "$d"
+fi
+mkdir -- "$d"
+echo "made by iolab's ycsb workload; removed after each trial" > "$d/{MARKER}"
+"""
+_REMOVE = f"""d="$1"
+[ -e "$d" ] || [ -L "$d" ] || exit 0
+if [ -L "$d" ] || [ ! -f "$d/{MARKER}" ]; then
+  echo "refusing to remove $d: it was not made by iolab's ycsb workload (no {MARKER} in it)" >&2; exit 3
+fi
+rm -rf -- "$d"
+"""
+
+
+def fresh_dir(executor: Executor, parent: str, timeout_s: float = 600) -> str:
+    """iolab's own database directory in `parent`, empty: a previous trial's is removed first
+    (only if it holds MARKER: a directory iolab did not make is refused, never removed)."""
+    home = f"{parent.rstrip('/')}/{DB_DIR}"
+    res = executor.run(ExecRequest(argv=["sh", "-c", _FRESH, "sh", home], timeout_s=max(timeout_s, 60)))
+    if res.returncode != 0:
+        raise TrialFailed(f"cannot make the database directory {home}: {res.tail()}")
     return home
 
 
-def remove_own(home: Path) -> None:
-    """Remove a database directory iolab made (it holds MARKER); anything else is refused, never removed."""
-    if not home.exists():
-        return
-    if not (home / MARKER).is_file():
-        raise TrialFailed(f"refusing to remove {home}: it was not made by iolab's ycsb workload (no {MARKER} in it)")
-    shutil.rmtree(home)
-
-
-@functools.lru_cache(maxsize=4)
-def java_version(java: str) -> str:
-    """`java -version`'s first line, once per process: which JVM ran the trials."""
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
-    lines = (out.stderr or out.stdout).strip().splitlines()
-    return lines[0] if lines else "unknown"
+def remove_own(executor: Executor, home: str, strict: bool = True) -> None:
+    """Remove a database directory iolab made (it holds MARKER); anything else is refused.
+    strict=False: on the way out of a failed trial, whose own error is the news."""
+    res = executor.run(ExecRequest(argv=["sh", "-c", _REMOVE, "sh", home], timeout_s=600))
+    if res.returncode != 0 and strict:
+        raise TrialFailed(f"cannot remove the database directory {home}: {res.tail()}")
 
 
 def parse(stdout: str) -> dict[str, dict[str, str]]:

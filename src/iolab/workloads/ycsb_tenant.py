@@ -70,7 +70,8 @@ def workload(p: FioGroupsParams) -> ycsb.YcsbWorkload:
 
 def _home(placement: Placement) -> Path:
     if placement.executor.name != "host" or not placement.directory:
-        raise TrialFailed(ycsb.HOST_ONLY)
+        raise TrialFailed("the YCSB tenant runs on the host, beside the weighted groups, in a directory of the "
+                          "target's filesystem (a cgroups target with filesystem = \"ext4\")")
     return Path(placement.directory) / ycsb.DB_DIR
 
 
@@ -78,11 +79,11 @@ def prepare(p: FioGroupsParams, placement: Placement, timeout_s: float) -> dict[
     """A fresh database, loaded and synced; its facts for the trial's manifest (`tenant_db`)."""
     w = workload(p)
     build = ycsb_build.installed()
-    home = ycsb.fresh_dir(_home(placement).parent)
+    home = Path(ycsb.fresh_dir(placement.executor, str(_home(placement).parent), timeout_s))
     props = home / PROPERTIES
     props.write_text(w.properties(str(home / "db")))
     t0 = time.monotonic()
-    res = placement.executor.run(ExecRequest(argv=_argv(w, build, "load", props), timeout_s=timeout_s))
+    res = placement.executor.run(ExecRequest(argv=_argv(w, build.command(), "load", props), timeout_s=timeout_s))
     parsed = ycsb.judge("load", res, RECORDS)
     load_s = time.monotonic() - t0
     sync = placement.executor.run(ExecRequest(argv=["sync", "-f", str(home)], timeout_s=max(timeout_s - load_s, 10)))
@@ -95,14 +96,14 @@ def prepare(p: FioGroupsParams, placement: Placement, timeout_s: float) -> dict[
             "ycsb_build": build.facts}
 
 
-def _argv(w: ycsb.YcsbWorkload, build: ycsb_build.YcsbBuild, phase: str, props: Path) -> list[str]:
+def _argv(w: ycsb.YcsbWorkload, cmd: ycsb_build.JavaCommand, phase: str, props: Path) -> list[str]:
     """ycsb.py's command line, with the properties file at its absolute place (the executor's work
     directory is not where it was written)."""
-    return [str(props) if a == "workload.properties" else a for a in w.argv(build, phase)]
+    return [str(props) if a == "workload.properties" else a for a in w.argv(cmd, phase)]
 
 
 def run_argv(p: FioGroupsParams, placement: Placement) -> list[str]:
-    return _argv(workload(p), ycsb_build.installed(), "run", _home(placement) / PROPERTIES)
+    return _argv(workload(p), ycsb_build.installed().command(), "run", _home(placement) / PROPERTIES)
 
 
 def result(res: ExecResult) -> tuple[dict[str, float], list[str]]:
@@ -115,7 +116,7 @@ def result(res: ExecResult) -> tuple[dict[str, float], list[str]]:
 
 def finish(placement: Placement) -> None:
     if placement.directory:
-        ycsb.remove_own(Path(placement.directory) / ycsb.DB_DIR)
+        ycsb.remove_own(placement.executor, f"{placement.directory.rstrip('/')}/{ycsb.DB_DIR}")
 
 
 APP = TenantApp("ycsb", "YCSB workload A on RocksDB", TENANT_METRICS, prepare=prepare, argv=run_argv, result=result,
