@@ -119,5 +119,9 @@ def _check_cost(doc: dict, f: dict) -> None:
             assert a["verdict"] == "not testable here" and "TCG" in a["reason"], a
         else:
             assert a["verdict"] in ("holds", "differs", "undecided"), a
+    # what the quick study leaves to the full one is listed, with that reason (YCSB also says why)
+    not_run = {n["r3_name"]: n["reason"] for n in cost["not_measured"]}
+    assert set(not_run) == {"Mobibench append", "Mobibench overwrite", "YCSB insert", "YCSB update"}, not_run
+    assert all("full study only" in r for r in not_run.values()) and "JVM" in not_run["YCSB update"]
     assert cost["family"] == {"verdicts": 3, "looks": 1, "tail": pytest.approx(0.05 / 3),
                               "method": "Bonferroni over verdicts x looks"}

@@ -27,8 +27,12 @@ def _doc(values: dict[tuple[str, str], list[float]], reps: int = 3, max_reps: in
     trials = []
     for (app, variant), vs in values.items():
         for i, v in enumerate(vs):
-            if spec.APPS[app]["workload"]["kind"] == "sync-writes":
+            kind = spec.APPS[app]["workload"]["kind"]
+            if kind == "sync-writes":
                 m = {"write_iops": v, "write_lat_mean_us": 0.4e6 / v, "sync_lat_mean_us": 0.6e6 / v}
+            elif kind == "ycsb":
+                op = "insert" if app == "ycsb-insert" else "update"
+                m = {"run_ops_s": v, f"run_{op}_mean_us": 1e6 / v, "load_ops_s": 10 * v}
             else:
                 m = {"ops_per_s": v, "lat_mean_us": 1e6 / v}
             trials.append(_trial(app, variant, m, i))
@@ -51,7 +55,31 @@ def test_dd_append_twice_as_fast_without_ordering_syncs_holds_r3s_large_gain() -
     assert against["dd-append"]["claim"] == "large" and against["dd-append"]["verdict"] == "holds"
     assert against["varmail"]["claim"] == "small" and against["varmail"]["verdict"] == "holds"
     assert against["dd-append"]["measured_gain_pct"] == pytest.approx((want - 1) * 100, abs=0.1)
-    assert {n["r3_name"] for n in c["not_measured"]} == {"YCSB insert", "YCSB update"}
+    # what this run has no trial of is listed with the reason: the full study's applications say so
+    not_run = {n["r3_name"]: n["reason"] for n in c["not_measured"]}
+    assert set(not_run) == {"dd overwrite", "Mobibench append", "Mobibench overwrite", "YCSB insert", "YCSB update"}
+    assert "full study only" in not_run["YCSB insert"] and "TCG" in not_run["YCSB insert"]
+    assert not_run["dd overwrite"] == "not part of this run"
+
+
+def test_ycsb_insert_and_update_read_their_own_operation_and_failed_ones_are_named() -> None:
+    doc = _doc({("ycsb-insert", "qcow2"): [100, 101, 99], ("ycsb-insert", "raw"): [104, 103, 105],
+                ("ycsb-update", "qcow2"): [200, 202, 198]})
+    for i in range(2):  # the update's raw trials all failed
+        doc["trials"].append({**_trial("ycsb-update", "raw", {}, 10 + i), "status": "failed"})
+    c = cost.analyze_cost(doc, tcg=False)
+    rows = {(r["app"], r["configuration"]): r for r in c["rows"]}
+    ins = rows[("ycsb-insert", "raw")]
+    want = harmonic_mean_ci([104, 103, 105]).mean / harmonic_mean_ci([100, 101, 99]).mean  # fixed operations
+    assert ins["throughput_vs_baseline"]["mean"] == pytest.approx(want)
+    assert ins["latency_us"]["mean"] == pytest.approx(sum(1e6 / v for v in [104, 103, 105]) / 3)
+    assert rows[("ycsb-update", "qcow2")]["latency_us"]["mean"] == pytest.approx(
+        sum(1e6 / v for v in [200, 202, 198]) / 3)
+    against = {a["app"]: a for a in c["against_r3"]}
+    assert against["ycsb-insert"]["claim"] == "small" and against["ycsb-insert"]["r3_gain_pct"] == 3.3
+    assert "ycsb-update" not in against  # no raw trial succeeded: no verdict, and it says why
+    not_run = {n["r3_name"]: n["reason"] for n in c["not_measured"]}
+    assert "YCSB update" not in not_run  # it has a row (the baseline), just no comparison
 
 
 def test_a_gain_outside_r3s_class_differs_and_a_wide_interval_is_undecided() -> None:
@@ -111,3 +139,26 @@ def test_the_family_of_verdicts_keeps_its_95_percent_when_nothing_changes() -> N
     print(f"family of {len(apps) * len(variants)}: any miss {rate:.3f}; the rows' own intervals: {row_rate:.3f}")
     assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / sims), rate
     assert row_rate > 2 * 0.05, row_rate  # without the family's correction the verdicts would not hold
+
+
+def test_the_full_study_runs_ycsb_insert_and_update_in_guests_that_carry_it() -> None:
+    """R3's YCSB rows (point 3): in the full study, on the guest ext4 of every cost configuration,
+    64 KiB records, in guests with YCSB's bundle and memory for its heap; the quick study leaves
+    them out (and so its guests stay small). Both specs pass iolab's own validation."""
+    from iolab.studies.spec import from_dict
+
+    full, quick = spec.build(False), spec.build(True)
+    ycsb = {w["name"]: w for w in full["workloads"] if w["kind"] == "ycsb"}
+    assert set(ycsb) == {"ycsb-insert", "ycsb-update"}
+    assert ycsb["ycsb-insert"]["insertproportion"] == 1 and ycsb["ycsb-update"]["updateproportion"] == 1
+    for w in ycsb.values():
+        assert w["fieldcount"] == 1 and w["fieldlength"] == "64k" and w["probes"] == []
+        assert sorted(w["targets"]) == sorted(f"{v}/ext4" for v in spec.COST_VARIANTS)
+    carriers = {t["name"] for t in full["targets"] if "ycsb" in t.get("guest_apps", [])}
+    assert carriers == {f"{v}/ext4" for v in spec.COST_VARIANTS}
+    assert all(t["memory"] == spec.YCSB_MEMORY for t in full["targets"] if t["name"] in carriers)
+    assert not [w for w in quick["workloads"] if w["kind"] == "ycsb"]
+    assert not [t for t in quick["targets"] if t.get("guest_apps")]
+    configs = from_dict(full, "builtin:sync-amplification").configs
+    assert len([c for c in configs if c.workload["kind"] == "ycsb"]) == 2 * len(spec.COST_VARIANTS)
+    from_dict(quick, "builtin:sync-amplification --quick")
