@@ -234,14 +234,18 @@ def sysbench_block(array_bytes: int, mem: sizing.Memory | None) -> int:
 # cache (non-temporal). Stores stream slower than loads on one thread (sysbench write ~0.8x
 # read here), which takes Copy, half of whose moved bytes are stores, to ~0.55 (measured
 # 0.52..0.8 here). Several streams at once (Triad reads two arrays) get more single-thread
-# bandwidth than sysbench's one read stream: up to ~1.5x. Hence the bands below. A broken
-# kernel is outside them: cache-resident arrays run 3x or more faster, a doubled or halved
-# byte count is off by 2x, a kernel the compiler dropped is off by orders of magnitude.
+# bandwidth than sysbench's one scalar read stream: each stream is prefetched on its own, so a
+# latency-bound server core keeps more lines in flight. On a Xeon with a 260 MiB L3, another
+# core busy, that reached 1.74 (Triad) and 1.56 (Copy) counted over read, 2.3x in moved bytes
+# (ci5 failed on the old upper edge, 1.6, with no confounder to flag). Hence the bands below,
+# whose upper edges stay under what a broken kernel gives: cache-resident arrays run 3x or
+# more faster, a doubled byte count lands at 2.6..3.5, a kernel the compiler dropped is off by
+# orders of magnitude.
 STREAM_OVER_SYSBENCH = {
-    "triad": Band(0.6, 1.6, "24 counted of 32 moved bytes, 1.0 without write-allocate, up to 1.5x more "
-                            "concurrency than one read stream"),
-    "copy": Band(0.35, 1.6, "16 counted of 24 moved bytes, stores slower than loads: ~0.55; up to 1.5x more "
-                            "concurrency than one read stream"),
+    "triad": Band(0.6, 2.4, "24 counted of 32 moved bytes, 1.0 without write-allocate; three prefetched streams "
+                            "against one scalar read stream: up to ~2.3x its bandwidth (1.74 seen)"),
+    "copy": Band(0.35, 2.4, "16 counted of 24 moved bytes, stores slower than loads: ~0.55; two prefetched "
+                            "streams against one scalar read stream: up to ~2.3x (1.56 seen)"),
 }
 
 
