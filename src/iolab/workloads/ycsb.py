@@ -359,7 +359,12 @@ def fresh_dir(executor: Executor, parent: str, timeout_s: float = 600) -> str:
 def remove_own(executor: Executor, home: str, strict: bool = True) -> None:
     """Remove a database directory iolab made (it holds MARKER); anything else is refused.
     strict=False: on the way out of a failed trial, whose own error is the news."""
-    res = executor.run(ExecRequest(argv=["sh", "-c", _REMOVE, "sh", home], timeout_s=600))
+    try:
+        res = executor.run(ExecRequest(argv=["sh", "-c", _REMOVE, "sh", home], timeout_s=600))
+    except Exception:
+        if strict:
+            raise
+        return  # e.g. the guest died with the trial: the trial's own error is the one to keep
     if res.returncode != 0 and strict:
         raise TrialFailed(f"cannot remove the database directory {home}: {res.tail()}")
 
