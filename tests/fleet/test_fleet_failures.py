@@ -176,3 +176,32 @@ def test_mismatched_fio_names_each_hosts_version(fleet3: list[NsHost], tmp_path:
     text = str(exc.value)
     assert "fio versions differ" in text and "this machine (fio --client): fio-9.99" in text
     assert all(f"{h.name} ({h.address}:{h.port}, {h.device}): {facts[h.name].fio}" in text for h in fleet3)
+
+
+def test_a_probe_log_that_comes_back_empty_is_probed_again(fleet3: list[NsHost], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real servers and probes; the first rate log a host sends back reads as empty (what ci6
+    met once under load: one host's skew None). The probe runs again and measures the skew; a
+    host whose logs never come back keeps None after PROBE_TRIES probes, and the run goes on."""
+    from iolab.core.exec import HostExecutor
+    from iolab.fleet import checks
+    from iolab.fleet.hosts import FleetHost
+
+    hosts = [FleetHost(name=h.name, address=h.address, port=h.port, device=h.device) for h in fleet3]
+    real, calls = checks.parse_log, {"n": 0}
+
+    def first_empty(text: str) -> list:
+        calls["n"] += 1
+        return [] if calls["n"] == 1 else real(text)
+
+    monkeypatch.setattr(checks, "parse_log", first_empty)
+    ex = HostExecutor(tmp_path)
+    try:
+        facts = checks.check(ex, hosts, tmp_path)
+        assert all(f.skew_ms is not None and -1000 < f.skew_ms <= 5 for f in facts.values()), facts
+        assert calls["n"] >= len(hosts) + 1  # the first host was probed twice
+        monkeypatch.setattr(checks, "parse_log", lambda text: [])
+        lost = checks.probe(ex, hosts[0], tmp_path)
+    finally:
+        ex.close()
+    assert lost.skew_ms is None and lost.problem is None and lost.fio  # answered, clock unknown

@@ -28,6 +28,7 @@ from iolab.workloads import fio_engine
 
 CONNECT_TIMEOUT_S = 3.0
 PROBE_INTERVAL_MS = 20
+PROBE_TRIES = 3
 _PROBE_LINE = re.compile(r"hostname=(?P<hostname>[^,]*), be=\d+, (?P<bits>\d+)-bit, os=(?P<os>[^,]*), "
                          r"arch=(?P<arch>[^,]*), fio=(?P<fio>[^,\s]*)")
 
@@ -65,7 +66,21 @@ def unreachable(hosts: list[FleetHost]) -> dict[str, str]:
 
 
 def probe(executor: Executor, host: FleetHost, log_dir: Path) -> HostFacts:
-    """fio's version etc. from its probe reply, and the clock skew from a 0.2 s null job."""
+    """fio's version etc. from its probe reply, and the clock skew from a 0.2 s null job.
+
+    A probe whose rate log came back without a sample (seen once in ~900 runs on a machine
+    with every core busy) is run again, up to PROBE_TRIES times: an unknown skew would leave
+    the host's samples unaligned in the common window. Still none: skew None (the manifest
+    says so; windowing takes 0)."""
+    facts = _probe_once(executor, host, log_dir)
+    for _ in range(PROBE_TRIES - 1):
+        if facts.problem or facts.skew_ms is not None:
+            break
+        facts = _probe_once(executor, host, log_dir)
+    return facts
+
+
+def _probe_once(executor: Executor, host: FleetHost, log_dir: Path) -> HostFacts:
     prefix = str(log_dir / f"probe-{host.name}")
     job = fio_engine.render_job({"ioengine": "null", "size": 1 << 20, "bs": 4096, "rw": "read",
                                  "time_based": True, "runtime": "200ms", "log_unix_epoch": 1,
