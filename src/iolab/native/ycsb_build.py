@@ -28,9 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from iolab.core.errors import CapabilityMissing, IolabError
 from iolab.core.paths import cache_dir
@@ -220,15 +222,20 @@ def _remove_stale(keep: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def main() -> int:
+def run_build(make: Callable[[], Any], size: Callable[[Any], str] = lambda _: "") -> int:
+    """The set-up command's step: build (or find) and print where it is; exit 1 with the reason."""
     t0 = time.monotonic()
     try:
-        b = build()
+        b = make()
     except IolabError as exc:
         print(f"iolab: {exc}", file=sys.stderr)
         return 1
-    print(f"   {b.directory} ({time.monotonic() - t0:.1f} s)")
+    print(f"   {b.directory} ({time.monotonic() - t0:.1f} s{size(b)})")
     return 0
+
+
+def main() -> int:
+    return run_build(build)
 
 
 if __name__ == "__main__":

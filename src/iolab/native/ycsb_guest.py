@@ -33,7 +33,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from iolab.core.errors import CapabilityMissing, IolabError
+from iolab.core.errors import CapabilityMissing
 from iolab.native import ycsb_build
 
 GUEST_DIR = "/opt/iolab/ycsb"  # where the bundle sits in the guest
@@ -151,14 +151,7 @@ def build() -> GuestBundle:
 
 
 def main() -> int:
-    t0 = time.monotonic()
-    try:
-        b = build()
-    except IolabError as exc:
-        print(f"iolab: {exc}", file=sys.stderr)
-        return 1
-    print(f"   {b.directory} ({time.monotonic() - t0:.1f} s, {int(str(b.facts['bytes'])) >> 20} MiB)")
-    return 0
+    return ycsb_build.run_build(build, lambda b: f", {int(str(b.facts['bytes'])) >> 20} MiB")
 
 
 if __name__ == "__main__":
