@@ -3,7 +3,7 @@
 
 Wrong programs these catch: a layer compared with the wrong row below (qcow2 over the device), a
 ratio of arithmetic means while the table shows harmonic ones (the noise here is skewed so the
-two differ by a fifth), iozone's KB/s taken for MiB/s, a guest row called valid under TCG, a
+two differ by a fifth; also for guest over host), iozone's KB/s taken for MiB/s, a guest row called valid under TCG, a
 host-side row called invalid, layer trials leaking into iozone's KB/s table, a spec that runs a
 layer on the wrong target (the rows come from the spec's real configurations)."""
 
@@ -27,7 +27,7 @@ BELOW = {"qemu-raw": "device", "qemu-raw-file": "qemu-raw", "qemu-qcow2": "qemu-
          **{b: "qemu-raw-file" for b in BUSES}}
 # skewed per-row noise: the harmonic and the arithmetic mean of these differ
 NOISE = {"device": (1.0, 1.0, 1.0), "qemu-raw": (0.5, 1.0, 1.5), "qemu-raw-file": (1.0, 1.0, 1.0),
-         "qemu-qcow2": (0.4, 1.0, 1.6)}
+         "qemu-qcow2": (0.4, 1.0, 1.6), "host": (0.5, 1.0, 1.5)}
 
 
 def _row(c: Any) -> str:
@@ -102,6 +102,13 @@ def test_each_layer_over_the_one_below(accel: str) -> None:
                 assert lo is not None and hi is not None and 0 < lo < r["mean"] < hi, (row, r)
                 assert "log-delta-welch" in r["method"]
     assert lay["flags"] == ({b: [accel] for b in BUSES})
+    # guest over host: the ratio of the harmonic means the KB/s table shows, not of arithmetic means
+    for bus in BUSES:
+        for rec in virtio.spec.QUICK_RECORDS:
+            r = f["ratio_vs_host"][bus]["write"][rec]
+            shown = f["kbps"][bus]["write"][rec]["mean"] / f["kbps"]["host"]["write"][rec]["mean"]
+            want = _mib_s(bus, rec) * _harmonic([0.95, 1.0, 1.05]) / (_mib_s("host", rec) * _harmonic([0.5, 1.0, 1.5]))
+            assert r["mean"] == pytest.approx(shown, rel=1e-9) and r["mean"] == pytest.approx(want, rel=1e-9), r
 
 
 def test_the_report_says_which_rows_hold_under_tcg() -> None:

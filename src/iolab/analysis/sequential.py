@@ -25,7 +25,7 @@ very functions the runner and the reports call, on 20 000 studies at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +149,18 @@ def _int(v: Any, default: int) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else default
 
 
+def aggregate_ratio(aggregate: str, num: Sequence[float], den: Sequence[float],
+                    ratio: Callable[[list[float], list[float]], Estimate]) -> Estimate:
+    """num/den of two configurations' means of the declared aggregate, through `ratio` (a ratio of
+    arithmetic means with its interval). "harmonic": the ratio of harmonic means, which is the
+    inverse ratio of the mean times per unit of work (den's over num's), so the interval is the
+    exact one for the statistic the tables show. A rate of 0 (work that never finished) has no
+    time per unit and is left out."""
+    if aggregate == "harmonic":
+        return ratio([1.0 / v for v in den if v > 0], [1.0 / v for v in num if v > 0])
+    return ratio(list(num), list(den))
+
+
 class RunEstimator:
     """Estimates over one run's repetitions, with the interval its stopping rule calls for."""
 
@@ -173,3 +185,7 @@ class RunEstimator:
         alpha = calibration.per_look_alpha(design.first, design.last)
         return ratio_ci([v for v in num if v is not None], [v for v in den if v is not None], tail=alpha,
                         method=f"log-delta-welch {design.method}")
+
+    def ratio_of(self, aggregate: str, num: Sequence[float], den: Sequence[float]) -> Estimate:
+        """The ratio of the two configurations' `aggregate` means (aggregate_ratio), widened as `ratio`."""
+        return aggregate_ratio(aggregate, num, den, self.ratio)

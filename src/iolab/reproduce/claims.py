@@ -117,7 +117,7 @@ def _largest_record(doc: Doc) -> int:
 def _bus_ratio(doc: Doc, bus: str, record: int, test: str) -> Estimate:
     guest = _values(doc, {"target": bus, "test": test, "record": record}, "kbps")
     host = _values(doc, {"target": "host", "test": test, "record": record}, "kbps")
-    return RunEstimator(doc).ratio(guest, host)
+    return RunEstimator(doc).ratio_of("harmonic", guest, host)  # as the study's ratio_vs_host
 
 
 def _r1_band(bus: str, lo: float, hi: float, words: str) -> Callable[[Doc, bool], Verdict]:
@@ -158,7 +158,7 @@ def _r1_host_records(doc: Doc, quick: bool) -> Verdict:
     rec = _largest_record(doc)
     big, small = _values(doc, {"target": "host", "test": "write", "record": rec}, "kbps"), \
         _values(doc, {"target": "host", "test": "write", "record": KIB4}, "kbps")
-    r = RunEstimator(doc).ratio(big, small)
+    r = RunEstimator(doc).ratio_of("harmonic", big, small)  # fixed bytes per trial
     if not r.n:
         return Verdict(UNTESTABLE, "–", "no host write trials at 4 KiB and at large records")
     value = f"{_fmt(r, 1)}×"
@@ -169,14 +169,14 @@ def _r1_host_records(doc: Doc, quick: bool) -> Verdict:
 
 
 # -- R2: write modes and block size (study write-modes) ---------------------------------------------
-def _helper_times(doc: Doc, mode: str, bs: int) -> list[float]:
-    """Seconds per MiB of the helper: the work is fixed per trial, so times are the right scale."""
-    return [1.0 / v for v in _values(doc, {"kind": "writemode", "mode": mode, "bs": bs}, "throughput_mib_s") if v > 0]
+def _helper_mib_s(doc: Doc, mode: str, bs: int) -> list[float]:
+    """MiB/s of the helper (fixed work per trial: compared as harmonic means)."""
+    return _values(doc, {"kind": "writemode", "mode": mode, "bs": bs}, "throughput_mib_s")
 
 
 def _r2_block_size(doc: Doc, quick: bool) -> Verdict:
-    slow, fast = _helper_times(doc, "o_sync", 512), _helper_times(doc, "o_sync", 4096)
-    r = RunEstimator(doc).ratio(slow, fast)   # how many times faster 4 KiB is than 512 B
+    slow, fast = _helper_mib_s(doc, "o_sync", 512), _helper_mib_s(doc, "o_sync", 4096)
+    r = RunEstimator(doc).ratio_of("harmonic", fast, slow)   # how many times faster 4 KiB is than 512 B
     if not r.n:
         return Verdict(UNTESTABLE, "–", "no o_sync trials at 512 B and 4 KiB")
     calls = RunEstimator(doc).ratio(_values(doc, {"kind": "writemode", "mode": "o_sync", "bs": 4096}, "syscalls_per_s"),

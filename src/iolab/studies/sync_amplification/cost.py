@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.sequential import RunEstimator, aggregate_ratio
 from iolab.analysis.stats import Estimate, ratio_ci
 from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification.spec import APPS, COST_BASELINE, COST_VARIANTS
@@ -63,15 +63,11 @@ def _values(trials: Sequence[dict[str, Any]], metric: str) -> list[float]:
     return [float(t["metrics"][metric]) for t in trials if isinstance(t["metrics"].get(metric), (int, float))]
 
 
-def _inverse(vs: Sequence[float]) -> list[float]:
-    return [1.0 / v for v in vs if v > 0]
-
-
 def throughput_ratio(num: Sequence[float], den: Sequence[float], fixed_work: bool,
                      ratio: Any) -> Estimate:
     """num/den of two configurations' throughput; for fixed work the ratio of harmonic means
     (mean time per operation, inverted), so the interval is the exact one for that statistic."""
-    return ratio(_inverse(den), _inverse(num)) if fixed_work else ratio(list(num), list(den))
+    return aggregate_ratio("harmonic" if fixed_work else "mean", num, den, ratio)
 
 
 def gain_text(e: dict[str, Any] | None) -> str:

@@ -114,7 +114,7 @@ def layer_findings(doc: dict[str, Any], accel: str | None) -> dict[str, Any]:
         below = rows[name].below
         under = values.get((below, test, rec)) if below else None
         if under:
-            ratio = est.ratio([1.0 / v for v in under if v > 0], [1.0 / v for v in vals if v > 0])
+            ratio = est.ratio_of("harmonic", vals, under)
             vs_below.setdefault(name, {}).setdefault(test, {})[rec] = ratio.as_dict()
     known = list(HOST_ROWS) + MAIN_BUSES + EXTRA_BUSES
     order = [n for n in known if n in rows] + sorted(n for n in rows if n not in known)

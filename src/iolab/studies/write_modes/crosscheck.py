@@ -18,7 +18,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.sequential import RunEstimator, aggregate_ratio
 from iolab.analysis.stats import harmonic_mean_ci, ratio_ci
 
 TOLERANCE = 0.25  # agreement band: helper/fio within [1/1.25, 1.25]
@@ -111,8 +111,7 @@ def _ratio(h_vals: list[float], f_vals: list[float], est: RunEstimator | None) -
     """helper/fio of harmonic means = mean time per byte of fio / that of the helper, with its CI."""
     if not h_vals or not f_vals or min(h_vals + f_vals) <= 0:
         return None
-    times_f, times_h = [1 / v for v in f_vals], [1 / v for v in h_vals]
-    return (est.ratio(times_f, times_h) if est else ratio_ci(times_f, times_h)).as_dict()
+    return aggregate_ratio("harmonic", h_vals, f_vals, est.ratio if est else ratio_ci).as_dict()
 
 
 def verdict(ratio: dict[str, Any] | None) -> str:
