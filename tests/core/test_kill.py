@@ -4,7 +4,7 @@ Two campaigns: 10 kills of a loop-device study (scratch image, loop device, ext4
 BFQ scheduler and tunable claims, cgroup parent, work dir, fio) and 10 of a guest study
 (scratch loop + ext4 for the image, qcow2 image, QEMU under TCG or KVM, fio in the guest).
 The signals take turns (SIGKILL, SIGINT, SIGTERM, SIGHUP, ...), so each is sent at least
-twice per campaign. Instants are seeded (IOLAB_KILL_SEED, printed) and drawn two ways:
+twice per campaign (IOLAB_KILLS=40: ten times each). Instants are seeded (IOLAB_KILL_SEED, printed) and drawn two ways:
 
 * uniformly over the length of a whole run (measured by an uninterrupted warm-up run), so
   they land during setup, mid-trial and during teardown;
@@ -40,6 +40,8 @@ from tests.core.test_concurrent_runs import _bfq_and_cgroups
 pytestmark = [needs_root, needs_fio]
 
 SEED = int(os.environ.get("IOLAB_KILL_SEED", "20261123"))
+# kills per campaign; IOLAB_KILLS=40 sends each of the four signals ten times (a longer run by hand)
+KILLS = int(os.environ.get("IOLAB_KILLS", "10"))
 SIGNALS = (signal.SIGKILL, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 CREATE_DELAY_S = 0.25
 
@@ -153,7 +155,7 @@ def _campaign(lab: Lab, study: str, kills: int, warm_timeout: float) -> None:
 
 
 def test_kill_a_loop_device_study_at_random_instants(lab: Lab) -> None:
-    _campaign(lab, _loop_study(), kills=10, warm_timeout=180)
+    _campaign(lab, _loop_study(), kills=KILLS, warm_timeout=180)
 
 
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs QEMU")
@@ -168,4 +170,4 @@ def test_kill_a_guest_study_at_random_instants(lab: Lab) -> None:
                            env=lab.env, capture_output=True, text=True, timeout=600)
     assert prime.returncode == 0, prime.stderr
     print(f"\nguest accel: {prime.stdout.strip()}")
-    _campaign(lab, _guest_study(), kills=10, warm_timeout=600)
+    _campaign(lab, _guest_study(), kills=KILLS, warm_timeout=600)
