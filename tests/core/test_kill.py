@@ -4,7 +4,9 @@ Two campaigns: 10 kills of a loop-device study (scratch image, loop device, ext4
 BFQ scheduler and tunable claims, cgroup parent, work dir, fio) and 10 of a guest study
 (scratch loop + ext4 for the image, qcow2 image, QEMU under TCG or KVM, fio in the guest).
 The signals take turns (SIGKILL, SIGINT, SIGTERM, SIGHUP, ...), so each is sent at least
-twice per campaign (IOLAB_KILLS=40: ten times each). Instants are seeded (IOLAB_KILL_SEED, printed) and drawn two ways:
+twice per campaign (IOLAB_KILLS=40: ten times each); a run that ends before its instant came
+(a resumed run is shorter than a whole one) does not count, and the signal is drawn again.
+Instants are seeded (IOLAB_KILL_SEED, printed) and drawn two ways:
 
 * uniformly over the length of a whole run (measured by an uninterrupted warm-up run), so
   they land during setup, mid-trial and during teardown;
@@ -74,8 +76,9 @@ def _pending_seen(ledger: Path, seen: set[str]) -> None:
     seen |= {i["rid"] for i in items if i.get("state") == "pending"}
 
 
-def _one_kill(lab: Lab, args: list[str], sig: int, rng: random.Random, full_run_s: float, i: int) -> str:
-    """Start iolab, signal it at the drawn instant, clean, check; returns what was drawn."""
+def _one_kill(lab: Lab, args: list[str], sig: int, rng: random.Random, full_run_s: float, i: int) -> bool:
+    """Start iolab, signal it at the drawn instant, clean, check; False if the run ended before
+    the instant came (a resumed run is shorter than a whole one), so nothing was sent."""
     pending_mode = rng.random() < 0.4
     env = dict(lab.env)
     if pending_mode:
@@ -113,7 +116,8 @@ def _one_kill(lab: Lab, args: list[str], sig: int, rng: random.Random, full_run_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    label = f"kill {i}: {signal.Signals(sig).name} {drawn} -> exit {proc.returncode}" + ("" if sent else " (run ended first)")
+    label = (f"kill {i}: {signal.Signals(sig).name} {drawn} -> exit {proc.returncode}"
+             + ("" if sent else " (run ended first: drawn again)"))
     print(label, flush=True)
 
     r = lab.iolab("clean", timeout=120)
@@ -127,7 +131,7 @@ def _one_kill(lab: Lab, args: list[str], sig: int, rng: random.Random, full_run_
     lost = [t for t in before if after.get(t) != before[t]]
     assert not lost, f"{label}: finished trials lost or changed: {lost}"
     assert "Traceback" not in err or sig == signal.SIGKILL, f"{label}:\n{err}"
-    return label
+    return sent
 
 
 def _campaign(lab: Lab, study: str, kills: int, warm_timeout: float) -> None:
@@ -140,12 +144,16 @@ def _campaign(lab: Lab, study: str, kills: int, warm_timeout: float) -> None:
     rng = random.Random(SEED)
     print(f"\nkill campaign: seed {SEED} (IOLAB_KILL_SEED), a whole run takes {full_run_s:.1f} s", flush=True)
     run_id: str | None = None
-    for i in range(kills):
+    sent = 0  # a kill whose run ended before its instant does not count: the signal is sent again
+    for i in range(3 * kills):
+        if sent == kills:
+            break
         args = ["run", "--resume", run_id] if run_id else ["run", str(spec)]
-        _one_kill(lab, args, SIGNALS[i % len(SIGNALS)], rng, full_run_s, i)
+        sent += _one_kill(lab, args, SIGNALS[sent % len(SIGNALS)], rng, full_run_s, i)
         runs = dict(lab.run_rows())
         newest = lab.query("SELECT id FROM runs ORDER BY created DESC LIMIT 1")[0][0]
         run_id = None if runs[newest] == "complete" else newest
+    assert sent == kills, f"only {sent} of {kills} signals landed before their run ended"
     if run_id is not None:
         r = lab.iolab("run", "--resume", run_id, timeout=warm_timeout)
         assert r.returncode == 0, r.stderr
