@@ -18,6 +18,7 @@ APT_PACKAGES=(
   kmod cpio           # assembling the guest initramfs
   e2fsprogs util-linux   # mkfs.ext4, losetup, blkid on scratch devices
   gcc libc6-dev       # iolab's native helpers (write-mode program, guest agent)
+  stress-ng           # a real CPU hog for the doctor test that must see one (and .ci/stressed-run's load)
   strace              # counting QEMU's host syscalls (sync-amplification); the varmail tests read the helper's calls
   sysbench iperf3     # CPU and network workloads (vm-profile)
   rocksdb-tools       # db_bench: the real application beside cgroups (cgroup-weights)

@@ -447,9 +447,9 @@ def doctor(as_json: bool, db: str | None) -> None:
         out.print_json(json.dumps(results))
     else:
         for item in results["checks"]:
-            mark = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "missing": "[red]missing[/red]",
-                    "fail": "[bold red]fail[/bold red]"}[item["state"]]
-            out.print(f"{mark:>24}  [bold]{item['name']:14}[/bold] {escape(item['detail'])}")
+            style = {"ok": "green", "warn": "yellow", "missing": "red", "fail": "bold red"}[item["state"]]
+            # pad the plain word, then colour it: padding the markup would align the tags, not the words
+            out.print(f"[{style}]{item['state']:>7}[/{style}]  [bold]{item['name']:14}[/bold] {escape(item['detail'])}")
     if any(item["state"] == "fail" for item in results["checks"]):
         raise SystemExit(1)  # iolab cannot work here as it is
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -146,6 +147,18 @@ def test_real_doctor_agrees_with_the_machine() -> None:
     if os.path.exists(cached):
         accel = json.load(open(cached))["accel"]
         assert checks["accel"]["state"] == ("ok" if accel == "kvm" else "warn")
+
+
+def test_real_doctor_text_lines_up_state_name_and_detail() -> None:
+    """The text form: one line per check, state words right-aligned in one column, names in the next
+    (padding rich's markup instead of the word once shifted 'warn' two columns left of 'ok')."""
+    _, want = _doctor()
+    r = subprocess.run([sys.executable, "-m", "iolab.cli", "doctor"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, COLUMNS="400"))
+    rows = [re.match(r"^( *)(ok|warn|missing|fail)  (\S+) +\S", line) for line in r.stdout.splitlines()]
+    assert all(rows), r.stdout
+    assert [m[3] for m in rows if m] == [c["name"] for c in want["checks"]], r.stdout
+    assert len({m.end(2) for m in rows if m}) == 1, f"state words end in different columns:\n{r.stdout}"
 
 
 @pytest.mark.skipif(shutil.which("stress-ng") is None, reason="stress-ng not installed")
