@@ -8,7 +8,6 @@ command reference. Split into a package by command group when a group grows logi
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from iolab import __version__
 from iolab.core import paths
 from iolab.core.errors import InputError, IolabError
 from iolab.core.inputs import check_writable
-from iolab.core.signals import STOP_SIGNALS
+from iolab.core.signals import interrupt_on_stop_signals
 from iolab.fleet import guard as fleet_guard
 from iolab.fleet.cli import fleet as fleet_group
 from iolab.store import registry as stores
@@ -472,19 +471,8 @@ def clean(sweep: bool) -> None:
         raise SystemExit(1)
 
 
-def _stop_signals_interrupt() -> None:
-    """SIGTERM and SIGHUP mean what Ctrl-C means, from the first line on: the runner cleans up
-    (it installs the same handlers around a run), and outside a run iolab just exits 130."""
-    def _raise(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    for s in STOP_SIGNALS:
-        if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
-            signal.signal(s, _raise)
-
-
 def main() -> None:
-    _stop_signals_interrupt()
+    interrupt_on_stop_signals()  # again: `python -m iolab.cli` does not come through iolab.entry
     _register_studies()
     try:
         cli.main(standalone_mode=False)

@@ -28,6 +28,19 @@ _depth = 0
 _pending: list[int] = []
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def interrupt_on_stop_signals() -> None:
+    """SIGTERM and SIGHUP mean what Ctrl-C means, from the first line on: a KeyboardInterrupt
+    (the runner cleans up on it; outside a run iolab just exits 130). A signal this process
+    inherited as ignored stays ignored (`nohup iolab run ...` survives a hang-up)."""
+    for s in STOP_SIGNALS:
+        if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(s, _interrupt)
+
+
 @contextmanager
 def held() -> Iterator[None]:
     """Defer SIGINT/SIGTERM/SIGHUP until the block ends (nested blocks: the outermost ends)."""
