@@ -38,6 +38,9 @@ from tests.report import sample_doc
         ({"mean": 100.0, "ci": [90.0, 130.0]}, "100 [90.0, 130]"),
         ({"mean": 17.2, "ci95": [16.8, 17.6], "n": 3, "unit": "MiB/s"}, "17.2 ± 0.4"),
         ({"mean": 17.2, "ci95": [None, None], "n": 1}, "17.2"),
+        # a harmonic mean's interval without an upper end is shown open, never as a bare number
+        ({"mean": 21.4, "ci95": [10.44, None], "n": 8}, "21.4 [10.4, ∞)"),
+        ({"mean": 0.8, "ci95": [None, 1.25], "n": 8}, "0.800 (−∞, 1.25]"),
         ((2.0, 1.5, 2.5), "2.00 ± 0.50"),
         ("virtio", "virtio"),
     ],

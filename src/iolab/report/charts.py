@@ -82,14 +82,23 @@ def chart_svg(chart: Chart, uid: str = "c") -> str:
 
 
 def _draw_line(ax: Any, chart: Chart) -> None:
-    """Mean lines with markers, CI as a shaded band; categorical x when x values are strings."""
+    """Mean lines with markers, CI as a shaded band; categorical x when x values are strings.
+
+    A point whose interval has one end only (a harmonic mean's has no upper end when the mean
+    time per unit may be near 0) gets its band to the edge of the plot on the open side: a
+    missing band would look like no uncertainty at all. The axes are scaled on the finite
+    bounds first, then frozen, so an open band cannot stretch them."""
     categories = _categories(chart.series) if _x_is_categorical(chart.series) else None
+    bands: list[tuple[list[float], list[float], list[float], str]] = []
     for i, s in enumerate(chart.series):
         xs: list[float] = [categories.index(x) for x in s.x] if categories else [_num(x) for x in s.x]
         color = PALETTE[i % len(PALETTE)]
         ys = [_num(y) for y in s.y]
         if s.lo is not None and s.hi is not None:
-            ax.fill_between(xs, [_num(v) for v in s.lo], [_num(v) for v in s.hi], color=color, alpha=0.18, lw=0)
+            los, his = [_num(v) for v in s.lo], [_num(v) for v in s.hi]
+            finite = [(x, v) for x, lo, hi in zip(xs, los, his, strict=False) for v in (lo, hi) if math.isfinite(v)]
+            ax.plot([x for x, _ in finite], [v for _, v in finite], ls="none", marker="none")  # scales the axes
+            bands.append((xs, los, his, color))
         ax.plot(
             xs, ys, color=color, marker=MARKERS[i % len(MARKERS)], ls=LINESTYLES[i % len(LINESTYLES)],
             lw=1.6, ms=4.5, label=s.name,
@@ -101,6 +110,13 @@ def _draw_line(ax: Any, chart: Chart) -> None:
     else:
         ax.xaxis.set_major_formatter(FuncFormatter(_tick))
     _y_axis(ax, chart.y_log)
+    if bands:
+        bottom, top = ax.get_ylim()
+        for xs, los, his, color in bands:
+            open_lo = [bottom if math.isnan(lo) and math.isfinite(hi) else lo for lo, hi in zip(los, his, strict=False)]
+            open_hi = [top if math.isnan(hi) and math.isfinite(lo) else hi for lo, hi in zip(los, his, strict=False)]
+            ax.fill_between(xs, open_lo, open_hi, color=color, alpha=0.18, lw=0)
+        ax.set_ylim(bottom, top)
     ax.grid(True, which="major", color="#d0d7de", lw=0.6, alpha=0.8)
 
 
@@ -128,6 +144,7 @@ def _draw_bar(ax: Any, chart: Chart) -> None:
     categories = _categories(chart.series)
     n = max(1, len(chart.series))
     width = 0.8 / n
+    open_up: list[tuple[float, float]] = []  # (position, mean) of bars whose interval has no upper end
     for i, s in enumerate(chart.series):
         color = PALETTE[i % len(PALETTE)]
         pos, heights, err_lo, err_hi = [], [], [], []
@@ -141,6 +158,8 @@ def _draw_bar(ax: Any, chart: Chart) -> None:
             hi = _at(s.hi, j)
             err_lo.append(max(0.0, float(y) - lo) if lo is not None else 0.0)
             err_hi.append(max(0.0, hi - float(y)) if hi is not None else 0.0)
+            if lo is not None and hi is None:
+                open_up.append((pos[-1], float(y)))
         has_err = any(err_lo) or any(err_hi)
         ax.bar(
             pos, heights, width * 0.92, color=color, label=s.name, edgecolor="white", lw=0.5,
@@ -150,6 +169,12 @@ def _draw_bar(ax: Any, chart: Chart) -> None:
         )
     _category_axis(ax, categories, chart.x_log2)
     _y_axis(ax, chart.y_log)
+    if open_up:  # the whisker of an interval without an upper end runs to the top, open (an arrow)
+        bottom, top = ax.get_ylim()
+        ax.vlines([p for p, _ in open_up], [y for _, y in open_up], top, color="#1f2328", lw=1, zorder=3)
+        ax.plot([p for p, _ in open_up], [top] * len(open_up), ls="none", marker="^", ms=5, color="#1f2328",
+                clip_on=False, zorder=3)
+        ax.set_ylim(bottom, top)
     ax.grid(True, axis="y", color="#d0d7de", lw=0.6, alpha=0.8, zorder=0)
     ax.set_axisbelow(True)
 

@@ -12,7 +12,11 @@ def ratio_text(row: dict[str, Any]) -> str:
     if row["ratio"] is None:
         return "—"
     lo, hi = row["ratio_ci95"]
-    return f"{row['ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
+    return f"{row['ratio']:.3f} [{_bound(lo, '0')}, {_bound(hi, '∞')}{')' if hi is None else ']'}"
+
+
+def _bound(x: float | None, missing: str) -> str:
+    return missing if x is None else f"{x:.3f}"
 
 
 def p_text(row: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ Table cells (``Table.rows``) may hold:
 * a mean with a confidence interval: ``{"mean": m, "lo": l, "hi": h}``,
   ``{"mean": m, "ci95": [l, h], "n": k}`` (the estimate shape of docs/results.md),
   ``{"mean": m, "ci": [l, h]}``, ``{"mean": m, "half": h}`` or a 3-tuple/list
-  ``(m, l, h)`` → "123 ± 4" when the interval is symmetric, "123 [110, 140]" otherwise;
+  ``(m, l, h)`` → "123 ± 4" when the interval is symmetric, "123 [110, 140]" otherwise,
+  "21.4 [10.4, ∞)" when it has no upper end (None);
 * a ``Link`` → its text (a hyperlink in HTML and Markdown); a ``Tag`` → its text (a coloured label in HTML).
 """
 
@@ -85,9 +86,13 @@ def ci_parts(value: Any) -> tuple[float, float | None, float | None] | None:
 
 
 def fmt_ci(mean: float, lo: float | None, hi: float | None) -> str:
-    """'123 ± 4' for a symmetric interval, '123 [110, 140]' for an asymmetric one."""
-    if lo is None or hi is None:
-        return fmt_num(mean)
+    """'123 ± 4' for a symmetric interval, '123 [110, 140]' for an asymmetric one, '21.4 [10.4, ∞)'
+    for one without an upper end (a harmonic mean whose mean time per unit may be near 0): such
+    a number must not look more precise than its neighbours. No bound at all (n = 1): the mean."""
+    if hi is None:
+        return fmt_num(mean) if lo is None else f"{fmt_num(mean)} [{fmt_num(float(lo))}, ∞)"
+    if lo is None:
+        return f"{fmt_num(mean)} (−∞, {fmt_num(float(hi))}]"
     below, above = mean - lo, hi - mean
     width = hi - lo
     if width >= 0 and abs(above - below) <= 0.05 * max(width, 1e-300):

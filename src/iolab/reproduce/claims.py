@@ -65,6 +65,8 @@ def _fmt(e: Estimate | dict[str, Any] | None, digits: int = 2) -> str:
         return "–"
     def f(x: float | None) -> str:
         return "?" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+    if hi is None or hi == math.inf:  # no upper end (a harmonic mean's interval): open, as the reports show it
+        return f"{mean:.{digits}f} [{f(lo)}, ∞)"
     return f"{mean:.{digits}f} [{f(lo)}, {f(hi)}]"
 
 
