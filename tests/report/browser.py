@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +47,16 @@ def launch_chromium(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
 
 
-def screenshot_dir() -> Path:
-    """Where screenshots go: $IOLAB_SCREENSHOT_DIR if set, else a temporary directory."""
-    d = Path(os.environ.get("IOLAB_SCREENSHOT_DIR") or tempfile.mkdtemp(prefix="iolab-shots-"))
+def screenshot_dir() -> Path | None:
+    """$IOLAB_SCREENSHOT_DIR (created) when set, to collect every screenshot in one place; else None.
+
+    Without it a screenshot lands beside its report, inside the test's own temporary
+    directory, which pytest prunes: a directory of our own under /tmp outlived every run.
+    """
+    env = os.environ.get("IOLAB_SCREENSHOT_DIR")
+    if not env:
+        return None
+    d = Path(env)
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -63,7 +69,8 @@ def inspect_report(browser: Any, html_path: str | Path, screenshot: str | Path |
     elements per chart), title, body_text, and the full-page screenshot path.
     """
     html_path = Path(html_path).resolve()
-    shot = Path(screenshot) if screenshot else screenshot_dir() / f"{html_path.stem}.png"
+    shared = screenshot_dir()
+    shot = Path(screenshot) if screenshot else (shared / f"{html_path.stem}.png" if shared else html_path.with_suffix(".png"))
     context = browser.new_context(viewport=VIEWPORT)
     requests: list[str] = []
     context.on("request", lambda req: requests.append(req.url))

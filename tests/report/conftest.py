@@ -33,9 +33,9 @@ def chromium_browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def shot_dir() -> Path:
-    """$IOLAB_SCREENSHOT_DIR or a temporary directory."""
-    return screenshot_dir()
+def shot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """$IOLAB_SCREENSHOT_DIR, else a directory under pytest's own (pruned) temporary root."""
+    return screenshot_dir() or tmp_path_factory.mktemp("screenshots")
 
 
 @pytest.fixture()
