@@ -23,11 +23,11 @@ def test_vm_profile_quick(reproduced: Reproduced) -> None:
     lab = reproduced.lab
     report, doc = reproduced.study("vm-profile", complete=False)
     f = doc["findings"]
+    failed = [(t["params"].get("_target", {}).get("name"), t["error"]) for t in doc["trials"] if t["status"] != "ok"]
+    assert not failed, failed  # first: a system missing below has its reason here
     assert f["accel"] in ("kvm", "tcg")
     assert set(f["systems"]) == set(SYSTEMS)
     assert not f["missing"], f"every metric for every system: {f['missing']}"
-    failed = [(t["params"], t["error"]) for t in doc["trials"] if t["status"] != "ok"]
-    assert not failed, failed
     values = vm_profile.analysis.collect(doc)
     for system in SYSTEMS:
         for m in vm_profile.analysis.METRICS:
