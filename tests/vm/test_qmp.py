@@ -143,3 +143,43 @@ def test_connect_inside_a_running_event_loop_says_why(tmp_path: Path) -> None:
             qmp.connect(tmp_path / "qmp.sock", timeout_s=0.5)
 
     asyncio.run(inside())
+
+
+class _Stop(BaseException):
+    """What iolab's stop-signal handlers raise (KeyboardInterrupt), without pytest treating
+    it as the user stopping the test session."""
+
+
+def test_a_signal_inside_a_command_leaves_no_task_for_asyncio_to_report(
+        qemu: Qemu, caplog: pytest.LogCaptureFixture) -> None:
+    """A Ctrl-C while a command waits on a stopped QEMU: the interrupt propagates at once, and
+    nothing is left for asyncio to print later ("Task exception was never retrieved", a
+    traceback on the user's terminal: the kill test saw one at a SIGINT during QMP's
+    greeting)."""
+    import gc
+
+    session = qmp.connect(qemu.sock, alive=qemu.alive, command_timeout_s=30.0)
+    os.kill(qemu.proc.pid, signal.SIGSTOP)
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stop()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    caplog.set_level("DEBUG", logger="asyncio")
+    t0 = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(_Stop):
+            session.cmd("query-status")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - t0 < BOUND_S, "the interrupt must end the wait, not the command timeout"
+    os.kill(qemu.proc.pid, signal.SIGCONT)
+    qemu.proc.kill()  # the run is stopping: QEMU goes, then the session is closed (runs the loop again)
+    qemu.proc.wait()
+    qmp.close(session)
+    del session
+    gc.collect()
+    said = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert not [m for m in said if "never retrieved" in m or "destroyed but it is pending" in m], said
