@@ -64,9 +64,12 @@ def _guest_study() -> str:
             + fio_workload(runtime=1, size="16M"))
 
 
-def _stored(lab: Lab) -> dict[str, tuple]:
-    return {r[0]: (r[0], r[1], r[2], r[3], r[4]) for r in
-            lab.query("SELECT trial_id, config_id, status, error, started FROM trials")}
+def _stored(lab: Lab) -> dict[tuple[str, str], tuple]:
+    """Every stored trial by (run, trial): trial ids repeat across the campaign's runs (keyed by
+    trial id alone, a trial the killed run stored just before the signal replaced the warm-up
+    run's in the map and read as a "changed" trial: stressed run 10)."""
+    return {(r[0], r[1]): tuple(r) for r in
+            lab.query("SELECT run_id, trial_id, config_id, status, error, started FROM trials")}
 
 
 def _pending_seen(ledger: Path, seen: set[str]) -> None:
