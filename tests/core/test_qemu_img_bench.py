@@ -30,6 +30,7 @@ from iolab.workloads.qemu_img_bench import (
     flags_of,
     metrics_of,
     parse,
+    resolution_of,
 )
 from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
@@ -249,3 +250,16 @@ def test_wrong_and_hostile_parameters_exit_2_naming_the_key(lab: Lab) -> None:
             assert w in msg, (case, w, msg)
         assert not res["traceback"], (case, res["traceback"])
     assert lab.loops() == [] and lab.scratch_entries() == [] and lab.run_rows() == []
+
+
+def test_the_millisecond_clock_error_rides_with_every_rate() -> None:
+    """qemu-img prints its time rounded to 1 ms: a rate over 20 ms is known to ±0.5/19.5 of itself,
+    recorded per metric so the analysis widens the intervals by it (docs/statistics.md)."""
+    m = metrics_of(parse(_res(OUTPUT.replace("0.250", "0.020")), 60), 2)
+    res = resolution_of(m)
+    assert res["seconds"] == 0.0005
+    for k in ("iops", "bw_mib_s", "lat_mean_us"):
+        assert res[k] == pytest.approx(m[k] * 0.0005 / 0.0195), k
+    assert resolution_of(metrics_of(parse(_res(OUTPUT.replace("0.250", "0.001")), 60), 2))["iops"] == \
+        pytest.approx(metrics_of(parse(_res(OUTPUT.replace("0.250", "0.001")), 60), 2)["iops"]), \
+        "a 1 ms run: the rate is known only to within itself"

@@ -304,6 +304,8 @@ class Runner:
                             "trial_cgroup": cgroup.manifest()}
                 if result.manifest:  # the trial's own entries (the target's are in "target")
                     manifest["workload_facts"] = result.manifest
+                if result.resolution:  # the error bound of the tool's clock, per metric
+                    manifest["resolution"] = result.resolution
                 trial_metrics = dict(result.metrics)
                 if result.cpu_busy is not None:
                     trial_metrics["generator_cpu_busy"] = result.cpu_busy

@@ -36,6 +36,10 @@ class WorkloadResult:
            measured cause of a surprise. This is the only place for per-trial entries: a
            workload never writes into `placement.manifest`, which is the target's and is
            shared by every trial on it, failed ones included.
+    resolution: the error bound the tool's clock puts on a metric, in the metric's unit (fio
+           counts whole milliseconds: a rate over 9 ms is known to ±11 %), stored as
+           `trials[].manifest.resolution`; the analysis widens intervals by it, so repetitions
+           that agree to the last digit never make a zero-width interval.
     """
 
     metrics: dict[str, float]
@@ -44,6 +48,7 @@ class WorkloadResult:
     flags: list[str] = field(default_factory=list)
     cpu_busy: float | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    resolution: dict[str, float] = field(default_factory=dict)
 
 
 class Workload(ABC):

@@ -133,9 +133,9 @@ class FioWorkload(Workload):
         job = self.job_text(placement)
         data, res = fio_engine.run_fio(placement.executor, job, timeout_s)
         metrics = fio_engine.summed_metrics(data)
-        flags = cpu_flags(res.cpu_busy, p.numjobs)
+        flags = cpu_flags(res.cpu_busy, p.numjobs) + fio_engine.short_run_flags(data)
         return WorkloadResult(metrics=metrics, raw=data, job_text=job, flags=flags, cpu_busy=res.cpu_busy,
-                              manifest=facts)
+                              manifest=facts, resolution=fio_engine.resolution(data))
 
 
     def _run_on_fleet(self, fleet: FioFleet, timeout_s: float) -> WorkloadResult:

@@ -110,6 +110,44 @@ FIO_METRICS: tuple[Metric, ...] = (
 )
 
 
+SHORT_RUN_MS = 100  # below this, fio's whole-millisecond runtime moves a rate by more than 1 %
+
+
+def resolution(data: dict[str, Any]) -> dict[str, float]:
+    """The error bound fio's clock puts on each rate (same unit as the rate): fio divides by a
+    runtime it counts in whole milliseconds (truncated), so a rate r over a pass of t ms may
+    be off by up to r/t. Repetitions that agree to the last digit then show no spread a
+    t-interval could see; the analysis widens intervals by this (docs/statistics.md,
+    "Resolution"). Summed over jobs like the rates themselves."""
+    out: dict[str, float] = {}
+    for job in data["jobs"]:
+        for d in ("read", "write"):
+            side = job.get(d) or {}
+            ms = side.get("runtime") or 0
+            if not side.get("total_ios") or ms <= 0:
+                continue
+            for key, step in ((f"{d}_iops", side["iops"] / ms), (f"{d}_bw_mib_s", side["bw_bytes"] / MIB / ms),
+                              ("iops", side["iops"] / ms), ("bw_mib_s", side["bw_bytes"] / MIB / ms)):
+                out[key] = out.get(key, 0.0) + step
+    return out
+
+
+def short_run_flags(data: dict[str, Any]) -> list[str]:
+    """`short_run` when a direction's timed pass was so short that fio's millisecond clock alone
+    moves its rate by more than 1 %."""
+    shortest: dict[str, int] = {}
+    for job in data["jobs"]:
+        for d in ("read", "write"):
+            side = job.get(d) or {}
+            if side.get("total_ios"):
+                ms = int(side.get("runtime") or 0)
+                shortest[d] = min(shortest.get(d, ms), ms)
+    return [f"short_run: fio's {d} pass took {ms} ms and fio counts whole milliseconds, so rounding alone moves "
+            f"the rate by up to {1 / ms:.1%}" if ms else
+            f"short_run: fio's {d} pass took under 1 ms: too short for fio's millisecond clock to time at all"
+            for d, ms in sorted(shortest.items()) if ms < SHORT_RUN_MS]
+
+
 def job_metrics(job: dict[str, Any]) -> dict[str, float]:
     """Flat metrics of one fio job (or a group_reporting aggregate)."""
     out: dict[str, float] = {}

@@ -146,5 +146,6 @@ class FioJobFileWorkload(Workload):
         text = self.runnable_text(placement)
         data, res = fio_engine.run_fio(placement.executor, text, timeout_s)
         return WorkloadResult(metrics=fio_engine.summed_metrics(data), raw=data, job_text=text,
-                              flags=cpu_flags(res.cpu_busy, len(data["jobs"])), cpu_busy=res.cpu_busy)
+                              flags=cpu_flags(res.cpu_busy, len(data["jobs"])) + fio_engine.short_run_flags(data),
+                              cpu_busy=res.cpu_busy, resolution=fio_engine.resolution(data))
 

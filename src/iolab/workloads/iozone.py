@@ -109,8 +109,12 @@ class IozoneWorkload(Workload):
         m = fio_engine.summed_metrics(data)
         side = "read" if rw in ("read", "randread") else "write"
         m["kbps"] = m.get(f"{side}_bw_mib_s", 0.0) * 1024.0
-        return WorkloadResult(metrics=m, raw=data, job_text=job, flags=flags + cpu_flags(res.cpu_busy, 1),
-                              cpu_busy=res.cpu_busy)
+        resolution = fio_engine.resolution(data)
+        if f"{side}_bw_mib_s" in resolution:
+            resolution["kbps"] = resolution[f"{side}_bw_mib_s"] * 1024.0
+        return WorkloadResult(metrics=m, raw=data, job_text=job,
+                              flags=flags + cpu_flags(res.cpu_busy, 1) + fio_engine.short_run_flags(data),
+                              cpu_busy=res.cpu_busy, resolution=resolution)
 
 
 def on_device(placement: Placement, path: str) -> bool:

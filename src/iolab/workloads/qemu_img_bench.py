@@ -296,7 +296,7 @@ class QemuImgBenchWorkload(Workload):
         _check_asked(raw, p)
         metrics = metrics_of(raw, p.depth)
         return WorkloadResult(metrics=metrics, raw=raw, job_text=" ".join(argv), flags=flags_of(raw, res),
-                              cpu_busy=res.cpu_busy, manifest=facts)
+                              cpu_busy=res.cpu_busy, manifest=facts, resolution=resolution_of(metrics))
 
 
 def _left(deadline: float) -> float:
@@ -372,6 +372,14 @@ def metrics_of(raw: dict[str, Any], depth: int) -> dict[str, float]:
     return {"iops": iops, "bw_mib_s": iops * raw["bs"] / MiB, "lat_mean_us": depth / iops * 1e6,
             "seconds": seconds, "requests": float(raw["requests"]),
             f"{raw['rw']}_bytes": float(raw["requests"] * raw["bs"])}
+
+
+def resolution_of(metrics: dict[str, float]) -> dict[str, float]:
+    """qemu-img prints its time rounded to the millisecond: the time is known to ±0.5 ms, so a
+    rate over s seconds to within 0.5 ms / (s − 0.5 ms) of itself, the mean latency (derived from
+    the rate) likewise."""
+    rel = 0.0005 / max(metrics["seconds"] - 0.0005, 0.0005)
+    return {"seconds": 0.0005} | {k: metrics[k] * rel for k in ("iops", "bw_mib_s", "lat_mean_us")}
 
 
 def flags_of(raw: dict[str, Any], res: ExecResult) -> list[str]:

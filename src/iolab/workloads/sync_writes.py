@@ -207,4 +207,4 @@ class SyncWritesWorkload(Workload):
             if fdatasyncs + 1 != writes:
                 flags.append(f"sync_count_mismatch: {fdatasyncs} fdatasync + 1 fsync for {writes} writes")
         return WorkloadResult(metrics=metrics, raw={"fio": data, "layout": where}, job_text=job, flags=flags,
-                              cpu_busy=res.cpu_busy)
+                              cpu_busy=res.cpu_busy, resolution=fio_engine.resolution(data))
