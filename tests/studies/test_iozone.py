@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import statistics
 
+import pytest
+
 from tests.statcheck import Band, check
 from tests.studies.conftest import Lab
 
@@ -41,3 +43,27 @@ def test_iozone_quick(lab: Lab) -> None:
         assert t["metrics"]["kbps"] > 0
         if t["params"]["_workload"]["test"] in ("write", "randwrite"):
             assert t["probes"]["host_disk"]["write_bytes"] >= t["params"]["_workload"]["file_size"] * 0.9
+    _check_resolution(doc)
+
+
+def _check_resolution(doc: dict) -> None:
+    """fio's rates divide by whole milliseconds: each trial records that error bound, a pass under
+    100 ms is flagged short_run, and every kbps interval is widened by the bound (docs/statistics.md,
+    'Resolution'), so cells whose repetitions agree to the last digit still get an honest width."""
+    ok = [t for t in doc["trials"] if t["status"] == "ok"]
+    assert ok
+    for t in ok:
+        kbps = t["metrics"]["kbps"]
+        side = "read" if t["params"]["_workload"]["test"] in ("read", "reread", "randread") else "write"
+        ms = round(t["metrics"][f"{side}_bytes"] / 1024 / kbps * 1000)  # fio's runtime, back from its rate
+        assert ms >= 1
+        assert t["manifest"]["resolution"]["kbps"] == pytest.approx(kbps / ms, rel=1e-6), t["id"]
+        short = [f for f in t["flags"] if f.startswith("short_run")]
+        assert bool(short) == (ms < 100), (t["id"], ms, t["flags"])
+        if short:
+            assert f"took {ms} ms" in short[0]
+    for test, per_record in doc["findings"]["kbps"]["host"].items():
+        for rec, est in per_record.items():
+            assert est["method"].endswith("±resolution"), (test, rec, est)
+            lo, hi = est["ci95"]  # hi is None (unbounded) when the harmonic interval's 1/x reaches 0
+            assert lo < est["mean"] and (hi is None or est["mean"] < hi), (test, rec, est)

@@ -16,7 +16,10 @@ For every configuration both runs measured and every metric with a declared dire
   (significant after Holm AND larger than the threshold), its sign read from the metric's
   declared direction; otherwise `too noisy` when the ratio's 95 % interval is wider than
   ±max_ci (a change that large could hide), else `no difference`; `invalid` when a side
-  has fewer than MIN_N successful values or a value that is not a positive number.
+  has fewer than MIN_N successful values or a value that is not a positive number;
+* the tools' clock error (a rate over a pass of a few milliseconds, `manifest.resolution`)
+  widens every interval and is taken off the difference before it is tested: two runs one
+  millisecond tick apart are not a regression.
 
 Runs of different studies, machines or versions are compared with a warning that names
 every difference (from the environment and the trial manifests).
@@ -29,7 +32,7 @@ from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import finite, holm, welch_log
-from iolab.analysis.trials import by_config, label_text, workload_of
+from iolab.analysis.trials import by_config, label_text, relative_resolution, workload_of
 from iolab.core import metrics
 
 VERDICTS = ("improvement", "regression", "no difference", "too noisy", "invalid")
@@ -62,7 +65,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
                 continue
             va = [t["metrics"].get(m) for t in oa]
             vb = [t["metrics"].get(m) for t in ob]
-            rows.append(_row(cid, label_text(ta[0], cid), m, decl, va, vb, ea, eb,
+            rels = (relative_resolution(oa, m), relative_resolution(ob, m))
+            rows.append(_row(cid, label_text(ta[0], cid), m, decl, va, vb, ea, eb, rels,
                              len(ta) - len(oa), len(ta), len(tb) - len(ob), len(tb)))
     for r in rows:
         if r["test"] is not None:
@@ -86,12 +90,17 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
 
 
 def _row(cid: str, label: str, m: str, decl: metrics.Metric, va: list[Any], vb: list[Any], ea: RunEstimator,
-         eb: RunEstimator, failed_a: int, attempts_a: int, failed_b: int, attempts_b: int) -> dict[str, Any]:
+         eb: RunEstimator, rels: tuple[float, float], failed_a: int, attempts_a: int, failed_b: int,
+         attempts_b: int) -> dict[str, Any]:
+    """One metric of one configuration, A against B. `rels`: the clock error of A's and B's values
+    (a rate over a few milliseconds): it widens both estimates and the ratio, and a change it
+    could explain is no change."""
     xa, drop_a = finite(va)
     xb, drop_b = finite(vb)
     row: dict[str, Any] = {
         "config_id": cid, "config": label, "metric": m, "unit": decl.unit, "direction": decl.direction,
-        "a": ea.of(decl.aggregate, va).as_dict(decl.unit), "b": eb.of(decl.aggregate, vb).as_dict(decl.unit),
+        "a": ea.of(decl.aggregate, va, rels[0]).as_dict(decl.unit),
+        "b": eb.of(decl.aggregate, vb, rels[1]).as_dict(decl.unit),
         "failed_a": f"{failed_a} failed of {attempts_a}", "failed_b": f"{failed_b} failed of {attempts_b}",
         "ratio": None, "ratio_ci95": [None, None], "p_no_change": None, "p_beyond_threshold": None,
         "p_holm": None, "verdict": None, "reason": "", "test": None,
@@ -107,7 +116,7 @@ def _row(cid: str, label: str, m: str, decl: metrics.Metric, va: list[Any], vb: 
     if problems:
         row["verdict"], row["reason"] = "invalid", "; ".join(problems)
         return row
-    test = welch_log(xa, xb)
+    test = welch_log(xa, xb, rels=rels)
     row.update(ratio=test.ratio, ratio_ci95=[test.lo, test.hi], p_no_change=test.p, test=test)
     return row
 

@@ -12,6 +12,7 @@ from iolab.analysis.trials import (
     by_config,
     labels_of,
     main_metric_of,
+    relative_resolution,
     settings_of,
     workload_of,
 )
@@ -39,7 +40,8 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for m in names:
             decl = declared.get(m)
-            e = est.of(decl.aggregate if decl else "mean", values[m]).as_dict(decl.unit if decl else None)
+            e = est.of(decl.aggregate if decl else "mean", values[m],
+                       relative_resolution(ok, m)).as_dict(decl.unit if decl else None)
             e["direction"] = decl.direction if decl else "neither"
             out[m] = e
         configs.append({

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from scipy import special
 
 from iolab.analysis import calibration
-from iolab.analysis.stats import Estimate, finite, ratio_ci
+from iolab.analysis.stats import Estimate, finite, ratio_ci, ratio_with_resolution, with_resolution
 from iolab.studies.spec import StudySettings
 
 
@@ -162,30 +162,38 @@ def aggregate_ratio(aggregate: str, num: Sequence[float], den: Sequence[float],
 
 
 class RunEstimator:
-    """Estimates over one run's repetitions, with the interval its stopping rule calls for."""
+    """Estimates over one run's repetitions, with the interval its stopping rule calls for.
+
+    `rel` (and `rels` for a ratio's numerator and denominator): the values' clock error bound
+    relative to the value (analysis.trials.relative_resolution), which widens the interval
+    (stats.with_resolution); 0 for values their tool measures exactly."""
 
     def __init__(self, doc: dict[str, Any]):
         self.design = design_of(doc)
 
-    def mean(self, values: Sequence[float | None]) -> Estimate:
-        return sequential_ci(values, self.design, "mean")
+    def mean(self, values: Sequence[float | None], rel: float = 0.0) -> Estimate:
+        return self.of("mean", values, rel)
 
-    def harmonic(self, values: Sequence[float | None]) -> Estimate:
-        return sequential_ci(values, self.design, "harmonic")
+    def harmonic(self, values: Sequence[float | None], rel: float = 0.0) -> Estimate:
+        return self.of("harmonic", values, rel)
 
-    def of(self, aggregate: str, values: Sequence[float | None]) -> Estimate:
-        return sequential_ci(values, self.design, aggregate)
+    def of(self, aggregate: str, values: Sequence[float | None], rel: float = 0.0) -> Estimate:
+        return with_resolution(sequential_ci(values, self.design, aggregate), rel)
 
-    def ratio(self, num: Sequence[float | None], den: Sequence[float | None]) -> Estimate:
+    def ratio(self, num: Sequence[float | None], den: Sequence[float | None],
+              rels: tuple[float, float] = (0.0, 0.0)) -> Estimate:
         """mean(num)/mean(den) of two configurations of this run (e.g. guest / host): the log-scale
         delta interval with the per-look α' of the run's stopping design, so a ratio of two
         adaptively stopped means is widened as each of them is."""
         n = max(len(finite(num)[0]), len(finite(den)[0]))
         design = self.design.covering(n)
         alpha = calibration.per_look_alpha(design.first, design.last)
-        return ratio_ci([v for v in num if v is not None], [v for v in den if v is not None], tail=alpha,
-                        method=f"log-delta-welch {design.method}")
+        e = ratio_ci([v for v in num if v is not None], [v for v in den if v is not None], tail=alpha,
+                     method=f"log-delta-welch {design.method}")
+        return ratio_with_resolution(e, *rels)
 
-    def ratio_of(self, aggregate: str, num: Sequence[float], den: Sequence[float]) -> Estimate:
-        """The ratio of the two configurations' `aggregate` means (aggregate_ratio), widened as `ratio`."""
-        return aggregate_ratio(aggregate, num, den, self.ratio)
+    def ratio_of(self, aggregate: str, num: Sequence[float], den: Sequence[float],
+                 rels: tuple[float, float] = (0.0, 0.0)) -> Estimate:
+        """The ratio of the two configurations' `aggregate` means (aggregate_ratio), widened as `ratio`
+        (and by the clock errors `rels` of num's and den's values)."""
+        return ratio_with_resolution(aggregate_ratio(aggregate, num, den, self.ratio), *rels)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import special
@@ -119,6 +119,38 @@ def ratio_ci(num: Sequence[float], den: Sequence[float], conf: float = 0.95, tai
                     dropped=dropped)
 
 
+RESOLUTION_METHOD = " ±resolution"
+
+
+def with_resolution(e: Estimate, rel: float) -> Estimate:
+    """`e` with its bounds moved out by the values' clock error (`rel`: the largest error bound
+    a trial's tool clock puts on its value, relative to the value; docs/statistics.md,
+    "Resolution"). A tool that counts whole milliseconds gives every run between t and t + 1 ms
+    the same rate, so repetitions can agree to the last digit and a t-interval of zero width
+    would claim a precision the clock never had. Each value is off by at most rel·|value|, so
+    the mean is too: adding that bound to both ends keeps the interval's coverage. Rates stay
+    positive: a positive lower bound is never moved below 0."""
+    if not rel > 0 or e.n == 0 or not math.isfinite(e.mean):
+        return e
+    err = rel * abs(e.mean)
+    lo = e.lo - err
+    if e.lo >= 0 and lo < 0:
+        lo = 0.0
+    return replace(e, lo=lo, hi=e.hi + err, method=e.method + RESOLUTION_METHOD)
+
+
+def ratio_with_resolution(e: Estimate, rel_num: float, rel_den: float) -> Estimate:
+    """A ratio's interval widened by the clock error of numerator and denominator (relative
+    bounds, as in with_resolution): num/den is off by a factor between (1 − a)/(1 + b) and
+    (1 + a)/(1 − b)."""
+    a, b = max(rel_num, 0.0), max(rel_den, 0.0)
+    if not (a or b) or e.n == 0 or not math.isfinite(e.mean):
+        return e
+    lo = e.lo * max(1 - a, 0.0) / (1 + b)
+    hi = e.hi * (1 + a) / (1 - b) if b < 1 else math.inf
+    return replace(e, lo=lo, hi=hi, method=e.method + RESOLUTION_METHOD)
+
+
 def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
     num = (va + vb) ** 2
     den = (va**2 / (na - 1) if na > 1 else 0) + (vb**2 / (nb - 1) if nb > 1 else 0)
@@ -156,32 +188,41 @@ class LogRatio:
     diff: float  # mean(log B) - mean(log A)
     se: float
     df: float
+    slack: float = 0.0  # how far the tools' clocks alone may move diff (log scale; with_resolution)
 
     def p_beyond(self, threshold: float) -> float:
         """p-value of the null "the change is within ±threshold" (|log ratio| <= log(1 + threshold)):
         small only when the data show a change larger than the threshold. Valid for every
-        change inside the band (the boundary is the worst case)."""
+        change inside the band (the boundary is the worst case). A change the clocks' error
+        could make is never counted as change: |diff| is shrunk by the slack first."""
         delta = math.log1p(threshold)
-        d = abs(self.diff)
+        d = max(abs(self.diff) - self.slack, 0.0)
         if self.se == 0.0:
             return 0.0 if d > delta else 1.0
         return float(min(1.0, _t_sf((d - delta) / self.se, self.df) + _t_sf((d + delta) / self.se, self.df)))
 
 
-def welch_log(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, conf: float = 0.95) -> LogRatio:
-    """B / A as a ratio of geometric means with its interval and p-value (Welch on logs)."""
+def welch_log(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, conf: float = 0.95,
+              rels: tuple[float, float] = (0.0, 0.0)) -> LogRatio:
+    """B / A as a ratio of geometric means with its interval and p-value (Welch on logs).
+    `rels`: the clock error bounds of A's and B's values relative to the values (as in
+    with_resolution): the interval is widened by them and a difference they could explain is
+    not evidence of change."""
     la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
     na, nb = len(la), len(lb)
     diff = float(lb.mean() - la.mean())
     va, vb = float(la.var(ddof=1)) / na, float(lb.var(ddof=1)) / nb
     se = math.sqrt(va + vb)
     r = math.exp(diff)
+    slack = sum(-math.log1p(-x) if x < 1 else math.inf for x in rels if x > 0)
+    seen = max(abs(diff) - slack, 0.0)  # the part of the difference the clocks cannot explain
     if se == 0.0:
-        return LogRatio(r, r, r, 1.0 if diff == 0.0 else 0.0, diff, 0.0, float(na + nb - 2))
+        return LogRatio(r, math.exp(diff - slack), math.exp(diff + slack), 1.0 if seen == 0.0 else 0.0, diff, 0.0,
+                        float(na + nb - 2), slack)
     df = _welch_df(va, na, vb, nb)
-    p = 2 * _t_sf(abs(diff) / se, df)
+    p = 2 * _t_sf(seen / se, df)
     h = float(special.stdtrit(df, 0.5 + conf / 2)) * se
-    return LogRatio(r, math.exp(diff - h), math.exp(diff + h), p, diff, se, df)
+    return LogRatio(r, math.exp(diff - h - slack), math.exp(diff + h + slack), p, diff, se, df, slack)
 
 
 def _t_sf(t: float, df: float) -> float:

@@ -33,6 +33,19 @@ def by_config(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return groups
 
 
+def relative_resolution(trials: list[dict[str, Any]], metric: str) -> float:
+    """The largest clock error bound of `metric` among the trials, relative to its value
+    (`manifest.resolution`, written by the workload; 0 when none recorded: the value is exact
+    as far as its tool knows). What stats.with_resolution widens an interval by."""
+    worst = 0.0
+    for t in trials:
+        step = ((t.get("manifest") or {}).get("resolution") or {}).get(metric)
+        value = (t.get("metrics") or {}).get(metric)
+        if isinstance(step, (int, float)) and isinstance(value, (int, float)) and value and step > 0:
+            worst = max(worst, abs(step / value))
+    return worst
+
+
 def workload_of(trial: dict[str, Any]) -> dict[str, Any]:
     w = (trial.get("params") or {}).get("_workload")
     return w if isinstance(w, dict) else {}

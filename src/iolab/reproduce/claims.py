@@ -25,6 +25,7 @@ from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate
+from iolab.analysis.trials import relative_resolution
 from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification.cost import gain_text
 from iolab.studies.sync_amplification.spec import DEFAULTS
@@ -79,8 +80,8 @@ def _tcg_reason(doc: Doc, measured: str) -> str:
             "emulator, not the device model; needs KVM")
 
 
-def _values(doc: Doc, where: dict[str, Any], metric: str) -> list[float]:
-    """Metric values of ok trials whose params match `where` (labels or _target/_workload keys)."""
+def _trials(doc: Doc, where: dict[str, Any], metric: str) -> list[dict[str, Any]]:
+    """The ok trials whose params match `where` (labels or _target/_workload keys) and have `metric`."""
     out = []
     for t in ok_trials(doc):
         p = t["params"]
@@ -88,8 +89,22 @@ def _values(doc: Doc, where: dict[str, Any], metric: str) -> list[float]:
         scope = {**{k: v for k, v in p.items() if not k.startswith("_")}, **p.get("_target", {}),
                  **p.get("_workload", {})}
         if all(scope.get(k) == v for k, v in where.items()) and metric in t["metrics"]:
-            out.append(float(t["metrics"][metric]))
+            out.append(t)
     return out
+
+
+def _values(doc: Doc, where: dict[str, Any], metric: str) -> list[float]:
+    """Metric values of ok trials whose params match `where`."""
+    return [float(t["metrics"][metric]) for t in _trials(doc, where, metric)]
+
+
+def _harmonic_ratio(doc: Doc, num: dict[str, Any], den: dict[str, Any], metric: str) -> Estimate:
+    """The ratio of the harmonic means of `metric` (fixed work per trial) of the trials matching
+    `num` and `den`, as the studies compute it, widened by the clock error of both sides."""
+    a, b = _trials(doc, num, metric), _trials(doc, den, metric)
+    return RunEstimator(doc).ratio_of("harmonic", [float(t["metrics"][metric]) for t in a],
+                                      [float(t["metrics"][metric]) for t in b],
+                                      (relative_resolution(a, metric), relative_resolution(b, metric)))
 
 
 def _overlaps(e: Estimate, lo: float, hi: float) -> bool | None:
@@ -117,9 +132,8 @@ def _largest_record(doc: Doc) -> int:
 
 
 def _bus_ratio(doc: Doc, bus: str, record: int, test: str) -> Estimate:
-    guest = _values(doc, {"target": bus, "test": test, "record": record}, "kbps")
-    host = _values(doc, {"target": "host", "test": test, "record": record}, "kbps")
-    return RunEstimator(doc).ratio_of("harmonic", guest, host)  # as the study's ratio_vs_host
+    return _harmonic_ratio(doc, {"target": bus, "test": test, "record": record},  # as the study's ratio_vs_host
+                           {"target": "host", "test": test, "record": record}, "kbps")
 
 
 def _r1_band(bus: str, lo: float, hi: float, words: str) -> Callable[[Doc, bool], Verdict]:
@@ -158,9 +172,8 @@ def _r1_gap(doc: Doc, quick: bool) -> Verdict:
 
 def _r1_host_records(doc: Doc, quick: bool) -> Verdict:
     rec = _largest_record(doc)
-    big, small = _values(doc, {"target": "host", "test": "write", "record": rec}, "kbps"), \
-        _values(doc, {"target": "host", "test": "write", "record": KIB4}, "kbps")
-    r = RunEstimator(doc).ratio_of("harmonic", big, small)  # fixed bytes per trial
+    r = _harmonic_ratio(doc, {"target": "host", "test": "write", "record": rec},  # fixed bytes per trial
+                        {"target": "host", "test": "write", "record": KIB4}, "kbps")
     if not r.n:
         return Verdict(UNTESTABLE, "–", "no host write trials at 4 KiB and at large records")
     value = f"{_fmt(r, 1)}×"

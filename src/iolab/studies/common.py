@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from iolab.analysis.stats import Estimate, mean_ci
+from iolab.analysis.trials import relative_resolution
+from iolab.report.model import Note
 
 
 def ok_trials(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -23,15 +25,28 @@ def group_values(trials: list[dict[str, Any]], keys: Sequence[str], metric: str)
     return out
 
 
-def nested(groups: dict[tuple, list[float]], estimator: Callable[[list[float]], Estimate] = mean_ci,
-           unit: str | None = None) -> dict[str, Any]:
-    """{(a, b): values} -> {"a": {"b": {mean, ci95[, unit]}}} with string keys (JSON)."""
+def group_resolution(trials: list[dict[str, Any]], keys: Sequence[str], metric: str) -> dict[tuple, float]:
+    """{(label values...): the largest relative clock error of `metric` among the group's trials}
+    (analysis.trials.relative_resolution), for the groups group_values makes."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for t in trials:
+        p = t["params"]
+        if all(k in p for k in keys) and metric in t["metrics"]:
+            groups[tuple(p[k] for k in keys)].append(t)
+    return {k: relative_resolution(ts, metric) for k, ts in groups.items()}
+
+
+def nested(groups: dict[tuple, list[float]], estimator: Callable[..., Estimate] = mean_ci,
+           unit: str | None = None, rels: dict[tuple, float] | None = None) -> dict[str, Any]:
+    """{(a, b): values} -> {"a": {"b": {mean, ci95[, unit]}}} with string keys (JSON). With `rels`
+    (group_resolution), each group's clock error goes to the estimator: estimator(values, rel)."""
     out: dict[str, Any] = {}
     for key, vals in groups.items():
         node = out
         for part in key[:-1]:
             node = node.setdefault(str(part), {})
-        node[str(key[-1])] = estimator(vals).as_dict(unit)
+        est = estimator(vals, rels.get(key, 0.0)) if rels is not None else estimator(vals)
+        node[str(key[-1])] = est.as_dict(unit)
     return out
 
 
@@ -41,6 +56,20 @@ def flags_by(trials: list[dict[str, Any]], keys: Sequence[str]) -> dict[tuple, l
         if t.get("flags"):
             out[tuple(t["params"].get(k) for k in keys)].update(t["flags"])
     return {k: sorted(v) for k, v in out.items()}
+
+
+def resolution_note(trials: list[dict[str, Any]], metric: str) -> Note | None:
+    """A note under a table some of whose trials timed passes so short (flag short_run) that the
+    tool's clock visibly widened the intervals: how many, and by how much at most, so a wide
+    interval reaches the reader with its reason."""
+    short = [t for t in trials if any(str(f).startswith("short_run") for f in t.get("flags") or [])]
+    if not short:
+        return None
+    worst = relative_resolution(short, metric)
+    return Note(f"{len(short)} of {len(trials)} trials timed passes so short that the tool's millisecond clock alone "
+                f"moves the rate by up to {worst:.1%} (flag short_run): the intervals over them include that error "
+                "(docs/statistics.md, 'Resolution'). Longer passes (a larger file or size) make them narrower; more "
+                "repetitions do not.", "warn")
 
 
 def fmt_est(est: dict[str, Any] | None) -> dict[str, Any] | str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from iolab.report.model import Chart, Note, Section, Series, Table
-from iolab.studies.common import fmt_est
+from iolab.studies.common import fmt_est, ok_trials, resolution_note
 from iolab.studies.iozone.spec import RECORDS, TESTS
 
 # R1's published host row on a SATA SSD (KB/s), for shape comparison only.
@@ -36,6 +36,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
         ratio = host["write"]["4m"]["mean"] / host["write"]["4k"]["mean"]
         summary.append(f"4m records write {ratio:.1f}x faster than 4k (R1 host: 4.4x)")
     table = kbps_table(kbps, "KB/s (mean ± 95% CI), shaped like R1's table")
+    table.notes += [n for n in [resolution_note(ok_trials(doc), "kbps")] if n]
     ref = Table("R1's published host row (SATA SSD), for the shape", ["record"] + TESTS,
                 [[rec] + [f"{v:,}" for v in vals] for rec, vals in R1_HOST.items()],
                 notes=[Note("Absolute numbers depend on the device; compare ratios and orderings.")])

@@ -9,6 +9,7 @@ from statistics import mean
 from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.trials import relative_resolution
 from iolab.studies.common import ok_trials, size_label
 from iolab.studies.sync_amplification.cost import analyze_cost
 from iolab.studies.sync_amplification.spec import COUNT_WORKLOAD, DEFAULTS, OPTION_KEYS, PATTERNS
@@ -192,8 +193,9 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         row["causes"] = {k: _avg(v) for k, v in causes.items()}
         amp.append(row)
         iops = [t["metrics"]["write_iops"] for t in ts if "write_iops" in t["metrics"]]
+        rel = relative_resolution(ts, "write_iops")  # fio's millisecond clock
         thr.append({"format": fmt, "pattern": pattern, "guest_fs": fs, "options": dict(opts),
-                    "syncs_per_s": est.harmonic(iops).as_dict("writes+syncs/s") if iops else None,
+                    "syncs_per_s": est.harmonic(iops, rel).as_dict("writes+syncs/s") if iops else None,
                     "accel": accel, "tcg": accel == "tcg"})
     return {"accel": accel, "amplification": amp, "throughput": thr, "r3_claim_host_syncs_per_guest_sync": R3_CLAIM,
             "recommendations": measured_recommendations(amp), "cost": analyze_cost(doc, accel == "tcg")}

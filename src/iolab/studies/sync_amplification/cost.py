@@ -27,6 +27,7 @@ from typing import Any
 
 from iolab.analysis.sequential import RunEstimator, aggregate_ratio
 from iolab.analysis.stats import Estimate, ratio_ci
+from iolab.analysis.trials import relative_resolution
 from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification.spec import APPS, COST_BASELINE, COST_VARIANTS
 
@@ -121,7 +122,8 @@ def analyze_cost(doc: dict[str, Any], tcg: bool) -> dict[str, Any] | None:
             lat = [v for t in ts if (v := _latency_us(kind, t["metrics"])) is not None]
             row: dict[str, Any] = {
                 "app": app, "r3_name": spec["r3"], "configuration": variant, "trials": len(ts),
-                "throughput": (est.harmonic(thr) if fixed else est.mean(thr)).as_dict(unit) if thr else None,
+                "throughput": est.of("harmonic" if fixed else "mean", thr,
+                                     relative_resolution(ts, metric)).as_dict(unit) if thr else None,
                 "latency_us": est.mean(lat).as_dict("µs") if lat else None,
                 "flags": sorted({f for t in ts for f in (t.get("flags") or [])}),
             }

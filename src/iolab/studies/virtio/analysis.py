@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
-from iolab.studies.common import group_values, ok_trials
+from iolab.studies.common import group_resolution, group_values, ok_trials
 from iolab.studies.iozone import analysis as iozone
 from iolab.studies.virtio.layers import layer_findings
 
@@ -27,6 +27,7 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
     kbps = iozone.kbps_findings(iozone_doc)
     trials = ok_trials(iozone_doc)
     values = group_values(trials, ["system", "test", "record"], "kbps")
+    rels = group_resolution(trials, ["system", "test", "record"], "kbps")
     est = RunEstimator(doc)  # ratios of two adaptively stopped means, widened as each is
     ratios: dict[str, Any] = {}
     for (system, test, record), vals in values.items():
@@ -34,5 +35,6 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         if system == "host" or not host:
             continue
         # the ratio of the harmonic means the kbps table shows (fixed bytes per trial)
-        ratios.setdefault(system, {}).setdefault(test, {})[record] = est.ratio_of("harmonic", vals, host).as_dict()
+        r = est.ratio_of("harmonic", vals, host, (rels[system, test, record], rels["host", test, record]))
+        ratios.setdefault(system, {}).setdefault(test, {})[record] = r.as_dict()
     return {"accel": accel, "kbps": kbps, "ratio_vs_host": ratios, "layers": layers}

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.trials import relative_resolution
 from iolab.studies.common import nested, ok_trials, size_label
 from iolab.studies.virtio.spec import EXTRA_BUSES, LAYER_TESTS, MAIN_BUSES
 
@@ -96,6 +97,7 @@ def mib_s_of(trial: dict[str, Any]) -> tuple[str, str, float] | None:
 def layer_findings(doc: dict[str, Any], accel: str | None) -> dict[str, Any]:
     """{order, rows, mib_s, vs_below, flags} (docs/results.md, virtio)."""
     values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    trials_of: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     rows: dict[str, Row] = {}
     flags: dict[str, set[str]] = defaultdict(set)
     for t in ok_trials(doc):
@@ -107,21 +109,25 @@ def layer_findings(doc: dict[str, Any], accel: str | None) -> dict[str, Any]:
         name, row = found
         rows[name] = row
         values[(name, cell[0], cell[1])].append(cell[2])
+        trials_of[(name, cell[0], cell[1])].append(t)
         flags[name].update(f.split(":", 1)[0] for f in t.get("flags") or [])
     est = RunEstimator(doc)
+    # the clock error of each cell's rate (fio: whole ms; qemu-img: ms; iozone in a guest: fio's)
+    rels = {cell: max(relative_resolution(ts, "kbps"), relative_resolution(ts, "bw_mib_s"))
+            for cell, ts in trials_of.items()}
     vs_below: dict[str, Any] = {}
     for (name, test, rec), vals in values.items():
         below = rows[name].below
         under = values.get((below, test, rec)) if below else None
-        if under:
-            ratio = est.ratio_of("harmonic", vals, under)
+        if below and under:
+            ratio = est.ratio_of("harmonic", vals, under, (rels[name, test, rec], rels[below, test, rec]))
             vs_below.setdefault(name, {}).setdefault(test, {})[rec] = ratio.as_dict()
     known = list(HOST_ROWS) + MAIN_BUSES + EXTRA_BUSES
     order = [n for n in known if n in rows] + sorted(n for n in rows if n not in known)
     return {
         "order": order,
         "rows": {n: asdict(rows[n]) | {"valid_here": rows[n].holds_under_tcg or accel == "kvm"} for n in order},
-        "mib_s": nested(values, est.harmonic, unit="MiB/s"),
+        "mib_s": nested(values, est.harmonic, unit="MiB/s", rels=rels),
         "vs_below": vs_below,
         "flags": {n: sorted(flags[n]) for n in order if flags[n]},
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from iolab.report.model import Chart, Note, Section, Series, Table, Tag
-from iolab.studies.common import fmt_est
+from iolab.studies.common import fmt_est, ok_trials, resolution_note
 from iolab.studies.iozone import presentation as iozone_presentation
 from iolab.studies.iozone.spec import RECORDS, TESTS
 from iolab.studies.virtio.spec import EXTRA_BUSES, LAYER_TESTS, MAIN_BUSES
@@ -30,8 +30,10 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
             summary.append(f"{s}: write at 16m records = {r['mean']:.2f}x host (R1: {R1_RATIO_16M.get(s, '–')})")
     rows: list[list[Any]] = [[rec, s, *[fmt_est(ratios[s].get(t, {}).get(rec)) for t in TESTS]]
                              for rec in RECORDS for s in systems]
+    short = [n for n in [resolution_note(
+        [t for t in ok_trials(doc) if t["params"]["_workload"].get("kind") == "iozone"], "kbps")] if n]
     ratio_table = Table("Guest / host (ratio of means, 95% CI)", ["record", "system"] + TESTS, rows,
-                        notes=list(warn))
+                        notes=list(warn) + short)
     chart = Chart("Throughput relative to the host, by record size (write)", "bar", "record", "guest / host",
                   [Series(s, RECORDS,
                           [ratios[s].get("write", {}).get(r, {}).get("mean") for r in RECORDS],
@@ -41,7 +43,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
                            for r in RECORDS]) for s in systems],
                   ref_lines=[(1.0, "host")], notes=list(warn))
     kb_table = iozone_presentation.kbps_table(f["kbps"], "KB/s (mean ± 95% CI), shaped like R1's table")
-    kb_table.notes = list(warn)
+    kb_table.notes = list(warn) + short
     layer_summary, layer_section = present_layers(f.get("layers") or {}, tcg)
     return summary + layer_summary, [
         *layer_section,

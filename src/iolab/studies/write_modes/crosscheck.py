@@ -19,7 +19,8 @@ from collections import defaultdict
 from typing import Any
 
 from iolab.analysis.sequential import RunEstimator, aggregate_ratio
-from iolab.analysis.stats import harmonic_mean_ci, ratio_ci
+from iolab.analysis.stats import harmonic_mean_ci, ratio_ci, ratio_with_resolution, with_resolution
+from iolab.analysis.trials import relative_resolution
 
 TOLERANCE = 0.25  # agreement band: helper/fio within [1/1.25, 1.25]
 SAME_RATE = 0.2   # commits (or flushes) per write closer than this (relative) count as the same
@@ -94,9 +95,10 @@ def crosscheck(trials: list[dict[str, Any]], helper_trials: list[dict[str, Any]]
         f_vals = [t["metrics"]["write_bw_mib_s"] for t in f_trials]
         h_vals = [t["metrics"]["throughput_mib_s"] for t in h_trials]
         harmonic = est.harmonic if est else harmonic_mean_ci
-        row: dict[str, Any] = {"mode": mode, "bs": bs, "fio": harmonic(f_vals).as_dict("MiB/s"),
+        f_rel = relative_resolution(f_trials, "write_bw_mib_s")  # fio's millisecond clock (the helper's is ns)
+        row: dict[str, Any] = {"mode": mode, "bs": bs, "fio": with_resolution(harmonic(f_vals), f_rel).as_dict("MiB/s"),
                                "helper": harmonic(h_vals).as_dict("MiB/s") if h_vals else None}
-        ratio = _ratio(h_vals, f_vals, est)
+        ratio = _ratio(h_vals, f_vals, est, f_rel)
         row["helper_over_fio"] = ratio
         row["evidence"] = {"helper": _side(h_trials, "calls", _helper_layout),
                            "fio": _side(f_trials, "write_ios", _fio_layout)}
@@ -107,11 +109,13 @@ def crosscheck(trials: list[dict[str, Any]], helper_trials: list[dict[str, Any]]
     return rows
 
 
-def _ratio(h_vals: list[float], f_vals: list[float], est: RunEstimator | None) -> dict[str, Any] | None:
-    """helper/fio of harmonic means = mean time per byte of fio / that of the helper, with its CI."""
+def _ratio(h_vals: list[float], f_vals: list[float], est: RunEstimator | None, f_rel: float) -> dict[str, Any] | None:
+    """helper/fio of harmonic means = mean time per byte of fio / that of the helper, with its CI
+    (widened by fio's clock error `f_rel`)."""
     if not h_vals or not f_vals or min(h_vals + f_vals) <= 0:
         return None
-    return aggregate_ratio("harmonic", h_vals, f_vals, est.ratio if est else ratio_ci).as_dict()
+    r = aggregate_ratio("harmonic", h_vals, f_vals, est.ratio if est else ratio_ci)
+    return ratio_with_resolution(r, 0.0, f_rel).as_dict()
 
 
 def verdict(ratio: dict[str, Any] | None) -> str:
