@@ -32,11 +32,11 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
                    [_series(m, sps[m], sizes) for m in modes if m in sps], x_log2=True, y_log=True,
                    notes=[Note("With a fixed number of calls per second, time is set by calls, not bytes: "
                                "why larger blocks win until the device, not the call count, is the limit.")])
-    rows = [[m] + [fmt_est(thr[m].get(str(b))) for b in sizes] + [size_label(f["knee"][m]) if f["knee"].get(m)
-                                                                   else "–"] for m in modes]
+    # block sizes as rows, modes as columns: a dozen sizes stay readable in a report's width
+    rows: list[list[Any]] = [[size_label(b)] + [fmt_est(thr[m].get(str(b))) for m in modes] for b in sizes]
+    rows.append(["knee (90 % of best)"] + [size_label(f["knee"][m]) if f["knee"].get(m) else "–" for m in modes])
     notes = [Note(f"{k}: {'; '.join(v)}", "warn") for k, v in f["mode_flags"].items()]
-    table = Table("Throughput, MiB/s (mean ± 95% CI)", ["mode"] + [size_label(b) for b in sizes] + ["knee"], rows,
-                  notes=notes)
+    table = Table("Throughput, MiB/s (mean ± 95% CI)", ["block size"] + modes, rows, notes=notes)
     cc = f["fio_crosscheck"]
     cc_rows = [[c["mode"], size_label(c["bs"]), fmt_est(c["helper"]), fmt_est(c["fio"]),
                 fmt_est(c["helper_over_fio"]), c["verdict"], c["reason"]] for c in cc]
