@@ -17,6 +17,7 @@ from iolab.runner.plan import StopRule
 from iolab.runner.runner import Runner
 from iolab.store.registry import open_store
 from iolab.studies.spec import from_dict
+from tests.core import flaky_target as flaky_target_mod
 from tests.core import flaky_workload
 
 
@@ -99,3 +100,54 @@ def test_runner_stops_where_its_rule_says(env: Path) -> None:
     reasons = {r["label"]: r["stop_reason"] for r in doc["findings"]["repetitions"]}
     assert reasons["workload=steady"] == "interval within ±5%"
     assert reasons["workload=noisy"].startswith("cap of 8 reached")
+
+
+@pytest.fixture
+def flaky_target(env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setitem(registry.TARGETS, flaky_target_mod.KIND, flaky_target_mod.REF)
+    monkeypatch.setattr(flaky_target_mod.FlakyHostTarget, "setups", 0)
+    yield env
+
+
+def _run_on(tmp: Path, target: dict[str, Any], **study: Any) -> tuple[str, dict[str, Any]]:
+    spec = from_dict({"study": {"name": "flaky", "ci_target": 0.05, **study}, "target": target,
+                      "workloads": [{"name": "a", "kind": "flaky", "values": [100.0]},
+                                   {"name": "b", "kind": "flaky", "values": [200.0]}]}, "test.toml")
+    store = open_store(tmp / "data" / "results.sqlite")
+    try:
+        runner = Runner(spec, store, Console(file=open("/dev/null", "w")))
+        runner.instantiate()
+        runner.start()
+        status = runner.run()
+        doc, _, _ = analyse_document(results_document(store, store.resolve(runner.run_id)))
+    finally:
+        store.close()
+    assert not list((tmp / "scratch").glob("iolab-host-*")), "a failed set-up left its scratch dir"
+    return status, doc
+
+
+def test_a_transient_target_setup_failure_costs_one_attempt_not_the_target(flaky_target: Path) -> None:
+    status, doc = _run_on(flaky_target, {"kind": "flaky-host", "fail_setups": [0]}, repetitions=3, max_repetitions=3)
+    assert status == "complete"
+    assert flaky_target_mod.FlakyHostTarget.setups == 2
+    for rec in doc["findings"]["repetitions"]:
+        assert (rec["ok"], rec["failed"]) == (3, 1), rec
+    failed = [t for t in doc["trials"] if t["status"] == "failed"]
+    assert len(failed) == 2 and all("target setup failed: " in t["error"] and "transient" in t["error"]
+                                    for t in failed)
+
+
+def test_a_target_that_keeps_failing_is_given_up_after_two_attempts(flaky_target: Path) -> None:
+    status, doc = _run_on(flaky_target, {"kind": "flaky-host", "fail_setups": list(range(10))},
+                          repetitions=3, max_repetitions=5)
+    assert status == "failed"
+    assert flaky_target_mod.FlakyHostTarget.setups == 2, "bounded like a trial's failures: two without a success"
+    assert all((r["ok"], r["failed"]) == (0, 2) for r in doc["findings"]["repetitions"])
+
+
+def test_a_missing_capability_is_not_retried(flaky_target: Path) -> None:
+    status, doc = _run_on(flaky_target, {"kind": "flaky-host", "fail_setups": [0], "final": True},
+                          repetitions=3, max_repetitions=3)
+    assert status == "failed"
+    assert flaky_target_mod.FlakyHostTarget.setups == 1
+    assert all((r["ok"], r["failed"]) == (0, 1) for r in doc["findings"]["repetitions"])

@@ -35,7 +35,7 @@ from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import metrics, registry
 from iolab.core import owner as owners
-from iolab.core.errors import Interrupted, RefusedError, TrialFailed
+from iolab.core.errors import CapabilityMissing, InputError, Interrupted, RefusedError, SpecError, TrialFailed
 from iolab.core.model import Config, Trial, TrialResult
 from iolab.core.resources import Ledger
 from iolab.core.signals import STOP_SIGNALS
@@ -53,6 +53,9 @@ from iolab.targets.base import TCG_TIME_FACTOR, Placement, Target
 # GroupHook gets a GroupContext (studies/hooks.py), never the runner, and may answer with
 # configurations to skip.
 __all__ = ["GroupHook", "Runner"]
+
+# A target set-up that failed with one of these fails the same way when tried again.
+FINAL_SETUP_ERRORS = (CapabilityMissing, RefusedError, InputError, SpecError)
 
 
 @dataclass
@@ -194,16 +197,10 @@ class Runner:
         pending = [c for c in g.configs if self._wants_more(c)]
         if not pending:
             return
-        self.reporter.message(f"setting up target {g.target['kind']} ...")
-        try:
-            placement = target.setup()
-        except Exception as exc:  # the study goes on with other targets
-            tb = traceback.format_exc()
-            for c in pending:
-                self._record_failure(Trial(c, self.state[c.id].attempts), f"target setup failed: {_why(exc)}", {},
-                                     tb=tb)
-            self._teardown(target)
+        placement = self._set_up(target, g, pending)
+        if placement is None:
             return
+        pending = [c for c in pending if self._wants_more(c)]
         try:
             if self.before_group:
                 hook_cgroup: TrialCgroup | None = None
@@ -238,6 +235,30 @@ class Runner:
                 self.reporter.set_total(self.reporter.done + self._remaining_estimate())
         finally:
             self._teardown(target)
+
+    def _set_up(self, target: Target, g: plan.TargetGroup, pending: list[Config]) -> Placement | None:
+        """The target's placement, or None when its configurations are given up. A failed set-up is
+        one failed attempt of each pending configuration, and set-up is tried again while they
+        still want trials (the same StopRule.abandoned bound as a trial's failures: two without a
+        success), so a transient error (a boot timeout on a loaded host, a busy loop device) costs
+        one attempt, not the target. What will fail the same way again is not retried: a missing
+        capability, a refusal, an invalid input. The study goes on with other targets either way."""
+        while pending:
+            self.reporter.message(f"setting up target {g.target['kind']} ...")
+            try:
+                return target.setup()
+            except Exception as exc:
+                tb = traceback.format_exc()
+                for c in pending:
+                    self._record_failure(Trial(c, self.state[c.id].attempts), f"target setup failed: {_why(exc)}", {},
+                                         tb=tb)
+                self._teardown(target)
+                if isinstance(exc, FINAL_SETUP_ERRORS):
+                    return None
+                pending = [c for c in pending if self._wants_more(c)]
+                if pending:
+                    self.reporter.message(f"[yellow]target setup failed[/yellow]: {_why(exc)[:160]}; trying again")
+        return None
 
     def _teardown(self, target: Target) -> None:
         """A teardown error is reported and stored (extra.problems); the run goes on, and what
