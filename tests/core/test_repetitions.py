@@ -29,8 +29,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield tmp_path
 
 
-def _run(tmp: Path, workloads: list[dict[str, Any]], **study: Any) -> tuple[str, dict[str, Any]]:
-    spec = from_dict({"study": {"name": "flaky", "ci_target": 0.05, **study}, "target": {"kind": "host"},
+def _run(tmp: Path, workloads: list[dict[str, Any]], target: dict[str, Any] | None = None,
+         **study: Any) -> tuple[str, dict[str, Any]]:
+    spec = from_dict({"study": {"name": "flaky", "ci_target": 0.05, **study}, "target": target or {"kind": "host"},
                       "workloads": workloads}, "test.toml")
     store = open_store(tmp / "data" / "results.sqlite")
     try:
@@ -110,20 +111,9 @@ def flaky_target(env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def _run_on(tmp: Path, target: dict[str, Any], **study: Any) -> tuple[str, dict[str, Any]]:
-    spec = from_dict({"study": {"name": "flaky", "ci_target": 0.05, **study}, "target": target,
-                      "workloads": [{"name": "a", "kind": "flaky", "values": [100.0]},
-                                   {"name": "b", "kind": "flaky", "values": [200.0]}]}, "test.toml")
-    store = open_store(tmp / "data" / "results.sqlite")
-    try:
-        runner = Runner(spec, store, Console(file=open("/dev/null", "w")))
-        runner.instantiate()
-        runner.start()
-        status = runner.run()
-        doc, _, _ = analyse_document(results_document(store, store.resolve(runner.run_id)))
-    finally:
-        store.close()
-    assert not list((tmp / "scratch").glob("iolab-host-*")), "a failed set-up left its scratch dir"
-    return status, doc
+    """Two configurations on one flaky target."""
+    return _run(tmp, [{"name": "a", "kind": "flaky", "values": [100.0]},
+                      {"name": "b", "kind": "flaky", "values": [200.0]}], target, **study)
 
 
 def test_a_transient_target_setup_failure_costs_one_attempt_not_the_target(flaky_target: Path) -> None:
