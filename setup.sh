@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # iolab set-up: installs everything a fresh Debian machine needs, then runs one thing.
 #   ./setup.sh demo   install + run the default study on the embedded default target; ends with the report path
-#   ./setup.sh test   install + ruff and mypy on src/ + the whole test suite (this is what CI runs)
+#   ./setup.sh test   install + ruff on src/ and tests/, mypy on src/ + the whole test suite (this is what CI runs)
 #   ./setup.sh install   install only
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -78,8 +78,8 @@ case "$action" in
   demo)    exec .venv/bin/iolab study write-modes ;;
   test)
     # lint and types first (pinned in pyproject's [test] extras; configured there): a finding fails the run
-    echo "== ruff check src"
-    .venv/bin/ruff check src
+    echo "== ruff check src tests"
+    .venv/bin/ruff check src tests
     echo "== mypy (src/iolab)"
     .venv/bin/mypy
     exec .venv/bin/python -m pytest -ra --durations=15 tests ;;

@@ -94,7 +94,7 @@ def check_estimate(name: str, est: Estimate, band: Band, confounders: Iterable[s
     if straddles(band, est):
         warnings.warn(UndecidedWarning(
             f"{name}: 95% CI {describe(est)} straddles an edge of [{band.lo:.3g}, {band.hi:.3g}] with its mean "
-            "inside: too noisy to decide here (a busy machine), not evidence against the claim"))
+            "inside: too noisy to decide here (a busy machine), not evidence against the claim"), stacklevel=2)
         return est
     seen = summarize(confounders)
     shown = f"values {[round(v, 4) for v in values]}; " if values is not None else ""
@@ -102,7 +102,7 @@ def check_estimate(name: str, est: Estimate, band: Band, confounders: Iterable[s
                   f"{shown}no confounder was flagged")
     warnings.warn(ConfoundedWarning(
         f"{name}: 95% CI {describe(est)} outside [{band.lo:.3g}, {band.hi:.3g}], and the product flagged "
-        f"why: {seen}"))
+        f"why: {seen}"), stacklevel=2)
     return est
 
 

@@ -71,8 +71,8 @@ def _stopped_figures(looks: tuple[int, int] | None, sims: int, seed: int) -> flo
     misses = 0
     for _ in range(sims):
         vals: list[float] = []
-        f = figures.until_narrow(lambda i: vals.append(math.exp(rng.gauss(0, 0.05))),
-                                 lambda: figures.ratio_figure("r", vals, 0.03, looks), max_n=15, budget_s=60)
+        f = figures.until_narrow(lambda i, vals=vals: vals.append(math.exp(rng.gauss(0, 0.05))),
+                                 lambda vals=vals: figures.ratio_figure("r", vals, 0.03, looks), max_n=15, budget_s=60)
         misses += not (f.lo <= 1.0 <= f.hi)
     return misses / sims
 

@@ -21,10 +21,9 @@ from pydantic import ValidationError
 from iolab.analysis.stats import ratio_ci
 from iolab.core.errors import CapabilityMissing, TrialFailed
 from iolab.core.exec import HostExecutor
-from iolab.native import build
-from iolab.native import helper_path
-from iolab.targets.base import Placement
+from iolab.native import build, helper_path
 from iolab.studies.write_modes.crosscheck import verdict
+from iolab.targets.base import Placement
 from iolab.workloads.writemode import WriteModeParams, WriteModeWorkload, flags_of
 
 MODES = ["buffered", "o_sync", "o_direct", "mmap"]

@@ -76,8 +76,8 @@ def test_simultaneous_quantiles_are_wider_than_t_and_shrink_with_n() -> None:
 
     d = LookDesign(3, 10)
     q = [d.quantile(n) for n in range(3, 11)]
-    assert all(a > b for a, b in zip(q, q[1:])), q
-    assert all(qn > stats.t.ppf(0.975, n - 1) for qn, n in zip(q, range(3, 11)))
+    assert all(a > b for a, b in zip(q, q[1:], strict=False)), q
+    assert all(qn > stats.t.ppf(0.975, n - 1) for qn, n in zip(q, range(3, 11), strict=False))
     # a single look is a fixed-n interval: robust to lognormal-shaped noise, so wider than t
     single = LookDesign(3, 3).quantile(3)
     assert stats.t.ppf(0.975, 2) < single < d.quantile(3)

@@ -22,7 +22,7 @@ import pytest
 
 from iolab.analysis.compare import compare_runs
 from iolab.analysis.sequential import RunEstimator
-from iolab.analysis.stats import RESOLUTION_METHOD, with_resolution, welch_log
+from iolab.analysis.stats import RESOLUTION_METHOD, welch_log, with_resolution
 from iolab.analysis.trials import relative_resolution
 from iolab.runner.plan import StopRule
 
@@ -107,7 +107,8 @@ def test_widening_keeps_rates_positive_and_leaves_exact_values_alone() -> None:
     est = RunEstimator(_doc(3, 3))
     e = est.harmonic([100.0, 100.0, 100.0], 0.5)
     assert e.lo == 50.0 and e.hi == 150.0
-    assert with_resolution(est.harmonic([100.0, 100.0, 100.0], 0.0), 0.0).method.endswith("harmonic simultaneous-t[3..3]")
+    exact = with_resolution(est.harmonic([100.0, 100.0, 100.0], 0.0), 0.0)
+    assert exact.method.endswith("harmonic simultaneous-t[3..3]")
     big = est.harmonic([100.0, 100.0, 100.0], 2.0)
     assert big.lo == 0.0 and big.hi == 300.0, "an error bound beyond the value clips at 0, not below"
     assert est.mean([5.0, 6.0, 7.0]) == est.mean([5.0, 6.0, 7.0], 0.0), "no resolution: nothing changes"

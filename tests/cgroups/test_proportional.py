@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterator
 
 import pytest
+from tests.statcheck import FIO_GROUPS_CONFOUNDERS, Band, check, repeat_until_decided
 
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core.resources import Ledger
@@ -25,7 +26,6 @@ from iolab.targets.base import Placement
 from iolab.targets.cgroup_set import CgroupSetParams, CgroupSetTarget
 from iolab.workloads.base import WorkloadResult
 from iolab.workloads.fio_groups import FioGroupsParams, FioGroupsWorkload, run_groups
-from tests.statcheck import FIO_GROUPS_CONFOUNDERS, Band, check, repeat_until_decided
 
 pytestmark = [pytest.mark.cgroup]
 

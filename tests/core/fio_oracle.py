@@ -76,7 +76,7 @@ def escapes_sandbox(view: list[tuple[str, str, str | None]], devices: set[str],
                     bad.append(f"[{section}] {name}={p}: absolute")
                 if ".." in p.split("/") or "$" in re.sub(r"\$(jobname|jobnum|filenum|clientuid)", "", p, flags=re.I):
                     bad.append(f"[{section}] {name}={p}: escapes")
-    for section, name, value in view:
+    for section, _name, _value in view:
         if section and not fio_sandbox._NAME.match(section):
             bad.append(f"job name {section!r}")
     return bad

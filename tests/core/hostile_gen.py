@@ -150,7 +150,8 @@ def mutate_spec(rng: random.Random) -> dict[str, Any]:
             tables = [p for p in paths if isinstance(_get(doc, p), dict)] or [()]
             t = rng.choice(tables)
             _get(doc, t)[rng.choice(["extra", "kind", "name", "device", "directory", "size", "bs", "job_text",
-                                     "controller", "image_dir", "tunables"])] = copy.deepcopy(rng.choice(HOSTILE_VALUES))
+                                     "controller", "image_dir", "tunables"])] = \
+                                     copy.deepcopy(rng.choice(HOSTILE_VALUES))
         elif op < 0.8:
             w = doc.get("workload") or (doc.get("workloads") or [{}])[0]
             if isinstance(w, dict):

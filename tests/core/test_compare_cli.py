@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.core.helpers import IOLAB, Lab, make_lab, needs_root
 
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("sysbench") is None or shutil.which("taskset") is None,

@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.core import owned
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, make_lab, needs_fio, needs_root, one_line, study_table
 

@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from tests.statcheck import Band, check, repeat_until_decided
 
+from iolab.core import sizing
 from iolab.core.errors import SpecError, TrialFailed
-from iolab.core.exec import Executor, ExecRequest, ExecResult, HostExecutor, Running
+from iolab.core.exec import ExecRequest, ExecResult, Executor, HostExecutor, Running
 from iolab.native import build
 from iolab.studies.spec import from_dict
 from iolab.targets.base import Placement
 from iolab.workloads.base import WorkloadResult
-from iolab.core import sizing
 from iolab.workloads.primes import KNOWN_PI, PrimesParams, PrimesWorkload
 from iolab.workloads.stream import StreamParams, StreamWorkload
 from iolab.workloads.sysbench_cpu import SysbenchCpuParams, SysbenchCpuWorkload, contention_flags
-from tests.statcheck import Band, check, repeat_until_decided
 
 needs_sysbench = pytest.mark.skipif(shutil.which("sysbench") is None,
                                     reason="sysbench not installed (apt-get install sysbench)")

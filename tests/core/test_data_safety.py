@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
 from tests.core.helpers import Lab, fio_workload, needs_fio, needs_root, one_line, study_table
 
 

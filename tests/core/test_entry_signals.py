@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tests.core.helpers import IOLAB
 
 HEAVY = "pydantic_core"  # a compiled module the command imports (specs, fleet hosts) and entry.py does not

@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 import pytest
-
-from iolab.workloads import fio_sandbox
 from tests.core.fio_oracle import escapes_sandbox, fio_view
 from tests.core.helpers import REPO, Lab, drive, needs_fio, needs_root
+
+from iolab.workloads import fio_sandbox
 
 EXAMPLES = Path("/usr/share/doc/fio/examples")
 needs_examples = pytest.mark.skipif(not EXAMPLES.is_dir(), reason="needs the fio-examples package (setup.sh)")
@@ -44,7 +44,7 @@ def test_every_fio_example_runs_or_is_refused_with_a_reason(lab: Lab) -> None:
     assert len(files) > 50, "the examples are not all there"
     results = drive(lab, [["run", str(f), "--dry-run"] for f in files])
     accepted, refused = [], []
-    for f, r in zip(files, results):
+    for f, r in zip(files, results, strict=False):
         assert r["traceback"] is None and not r["hang"], f"{f.name}: {r['traceback'] or 'hang'}"
         assert "Traceback" not in r["stderr"], f"{f.name}: {r['stderr']}"
         assert r["exit"] in (0, 2), f"{f.name}: exit {r['exit']}: {r['stderr']}"

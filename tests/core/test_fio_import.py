@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from tests.core.helpers import Lab, needs_fio, needs_root, one_line
 
 REFUSED = {

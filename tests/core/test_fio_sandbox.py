@@ -13,13 +13,13 @@ import shutil
 import subprocess
 
 import pytest
+from tests.core.fio_oracle import escapes_sandbox, fio_view, normalised
 
 from iolab.core.errors import RefusedError
 from iolab.workloads import fio_allowlist as allow
 from iolab.workloads import fio_engine
 from iolab.workloads import fio_sandbox as sb
 from iolab.workloads.fio_reading import bc_integer
-from tests.core.fio_oracle import escapes_sandbox, fio_view, normalised
 
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root", "IOLAB_T_SPLIT": "exec_pre", "IOLAB_T_DIR": "../../etc"}
@@ -182,7 +182,7 @@ def test_caps_bound_every_job() -> None:
     job = sb.parse(text, "t.fio", env={})
     out = job.render(caps=sb.Caps(runtime_s=1.0, size=16 << 20))
     sections = {s.split("]")[0]: s for s in out.split("\n[")}
-    assert "runtime=1000ms" in sections["a"] and "ramp_time=1000ms" in sections["a"] and "size=16777216" in sections["a"]
+    assert all(o in sections["a"] for o in ("runtime=1000ms", "ramp_time=1000ms", "size=16777216"))
     assert "size=4096" in sections["b"] and "runtime=1000ms" in sections["b"]
     assert "size=16777216" in sections["c"], "an unparsable size is replaced by the cap"
     assert "900" not in out and "10g" not in out

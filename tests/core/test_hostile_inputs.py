@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from iolab.core.paths import cache_dir
-from iolab.workloads import fio_sandbox
 from tests.core.fio_oracle import escapes_sandbox, fio_view, normalised
 from tests.core.helpers import REPO, Lab, needs_fio, needs_root, one_line
 from tests.core.hostile_gen import write_cases
+
+from iolab.core.paths import cache_dir
+from iolab.workloads import fio_sandbox
 
 GOOD_STUDY = '[study]\nname = "hostile"\n'
 HOST = '[target]\nkind = "host"\n'
@@ -333,11 +333,11 @@ def test_fuzzed_specs_and_job_files_exit_0_or_2_never_a_traceback(lab: Lab, cana
                    timeout=900)
     elapsed = time.monotonic() - t0
     out = json.loads(results.read_text())
-    bad = [(a, r) for a, r in zip(argvs, out)
+    bad = [(a, r) for a, r in zip(argvs, out, strict=False)
            if r["traceback"] or r["hang"] or r["exit"] not in (0, 2) or "Traceback" in r["stderr"]]
     assert not bad, "\n\n".join(f"{a}: exit {r['exit']} hang={r['hang']}\n{r['traceback'] or r['stderr']}"
                                 for a, r in bad[:5])
-    accepted = [Path(a[1]) for a, r in zip(argvs, out) if r["exit"] == 0 and a[0] == "run"]
+    accepted = [Path(a[1]) for a, r in zip(argvs, out, strict=False) if r["exit"] == 0 and a[0] == "run"]
     compared = 0
     jobs = [p for p in accepted if p.suffix == ".fio"]
     for p in jobs[:ORACLE_SAMPLE]:  # fio's own reading of what would run names nothing outside the sandbox

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, one_line, study_table
 
 pytestmark = [needs_root, needs_fio]

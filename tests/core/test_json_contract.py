@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy import stats
+from tests.core.helpers import Lab, needs_fio, needs_root
 
 from iolab.analysis.sequential import LookDesign
-from tests.core.helpers import Lab, needs_fio, needs_root
 
 pytestmark = [needs_root, needs_fio]
 

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.core.helpers import Lab, all_loops, needs_root
 
 from iolab.core import owner, resources
 from iolab.core.resources import Ledger
 from iolab.targets.loop import create_scratch_loop, release_scratch_loop
-from tests.core.helpers import Lab, all_loops, needs_root
 
 
 @pytest.fixture

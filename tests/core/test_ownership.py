@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.core.helpers import Lab, needs_root
 
 from iolab.cgroups import queue_claims, scheduler
 from iolab.cgroups.device import resolve
@@ -20,7 +21,6 @@ from iolab.core import owner, resources, signals
 from iolab.core.cleaners import loop_backing_file
 from iolab.core.errors import RefusedError
 from iolab.core.resources import Ledger
-from tests.core.helpers import Lab, needs_root
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecResult
@@ -32,7 +33,6 @@ from iolab.workloads.qemu_img_bench import (
     parse,
     resolution_of,
 )
-from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
 needs_qemu_img = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="needs qemu-img")
 MiB = 1 << 20

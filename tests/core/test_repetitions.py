@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from tests.core import flaky_target as flaky_target_mod
+from tests.core import flaky_workload
 
 from iolab.core import registry
 from iolab.report.document import analyse_document, results_document
@@ -17,8 +19,6 @@ from iolab.runner.plan import StopRule
 from iolab.runner.runner import Runner
 from iolab.store.registry import open_store
 from iolab.studies.spec import from_dict
-from tests.core import flaky_target as flaky_target_mod
-from tests.core import flaky_workload
 
 
 @pytest.fixture

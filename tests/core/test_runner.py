@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from iolab.runner.plan import StopRule
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, study_table
+
+from iolab.runner.plan import StopRule
 
 
 @needs_root

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from pathlib import Path
 
+import pytest
 from tests.core.helpers import LOOP_TARGET, Lab, drive, fio_workload, needs_fio, needs_root, one_line, study_table
 
 GOOD = study_table("specs") + LOOP_TARGET + fio_workload()
@@ -163,11 +163,12 @@ def test_every_builtin_study_quick_and_full_passes_dry_run(lab: Lab) -> None:
     names = sorted(n for n, m in studies.items() if not getattr(m.spec, "NEEDS_HOSTS", False))
     fleets = sorted(set(studies) - set(names))  # their dry runs against real hosts: tests/fleet
     argvs = [["study", n, "--dry-run", *q] for n in names for q in ([], ["--quick"])]
-    for argv, r in zip(argvs, drive(lab, argvs)):
+    for argv, r in zip(argvs, drive(lab, argvs), strict=False):
         assert r["exit"] == 0 and r["traceback"] is None, f"{argv}: {r['traceback'] or r['stderr']}"
         assert "configuration(s)" in r["stdout"] and "will create or touch:" in r["stdout"], r["stdout"]
     argvs = [["study", n, "--dry-run", "--quick"] for n in fleets]
-    for argv, r in zip(argvs, drive(lab, argvs)):  # a fleet study without its hosts: exit 2, says what to give
+    # a fleet study without its hosts: exit 2, says what to give
+    for argv, r in zip(argvs, drive(lab, argvs), strict=False):
         assert r["exit"] == 2 and r["traceback"] is None and "--hosts FILE" in r["stderr"], (argv, r)
     _assert_created_nothing(lab)
     assert not lab.data.exists(), "a dry run must not create the data dir (database, ledger)"

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from tests.core import leaving_workload, owned
+from tests.core.helpers import Lab, fio_workload, needs_fio, needs_root, study_table
 
 from iolab.cgroups import detect, processes, trial
 from iolab.cgroups.trial import SpawnCgroup, TrialCgroup
@@ -30,8 +32,6 @@ from iolab.core.exec import ExecRequest, HostExecutor
 from iolab.runner.runner import Runner
 from iolab.store.registry import open_store
 from iolab.studies.spec import from_dict
-from tests.core import leaving_workload, owned
-from tests.core.helpers import Lab, fio_workload, needs_fio, needs_root, study_table
 
 pytestmark = [needs_root]
 
@@ -340,7 +340,8 @@ def test_v2_a_group_inside_the_trial_takes_the_process_and_one_outside_is_refuse
     outside = root / owner.tag("test", uuid.uuid4().hex[:6])
     outside.mkdir()
     try:
-        running = executor.spawn(ExecRequest(["sleep", "600"], timeout_s=600, cgroup_procs=[str(inside / "cgroup.procs")]))
+        running = executor.spawn(ExecRequest(["sleep", "600"], timeout_s=600,
+                                             cgroup_procs=[str(inside / "cgroup.procs")]))
         pid = running.proc.pid  # type: ignore[attr-defined]
         _wait_for(lambda: processes.pids(inside) == [pid], 10, "the process in the group inside the trial")
         assert pid in cgroup.pids()

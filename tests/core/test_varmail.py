@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
 from iolab.core import registry
 from iolab.core.metrics import Metric
 from iolab.native import build
-from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
 needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (apt-get install strace)")
 APPEND = 16384  # varmail.f's meanappendsize

@@ -25,13 +25,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
 from iolab.core.errors import CapabilityMissing, TrialFailed
 from iolab.core.exec import ExecResult
 from iolab.core.paths import cache_dir
 from iolab.native import ycsb_build, ycsb_guest
 from iolab.workloads.ycsb import YcsbParams, YcsbWorkload, judge, phase_flags, phase_metrics
-from tests.core.helpers import Lab, drive, needs_root, one_line, study_table
 
 DATA = Path(__file__).resolve().parent / "data" / "ycsb"
 needs_java = pytest.mark.skipif(shutil.which("java") is None,
@@ -204,7 +204,8 @@ def test_binding_semantics_through_ycsbs_command_line(ycsb_ready: ycsb_build.Ycs
     if shutil.which("ldb") is None:
         pytest.skip("ldb (Debian's rocksdb-tools) not installed: the on-disk bytes were not checked")
     dump = subprocess.run(["ldb", f"--db={db}", "scan", "--hex"], capture_output=True, text=True, timeout=60)
-    field = lambda name, value: f"{len(name):08X}{name.encode().hex().upper()}{len(value):08X}{value.encode().hex().upper()}"  # noqa: E731
+    def field(name: str, value: str) -> str:
+        return f"{len(name):08X}{name.encode().hex().upper()}{len(value):08X}{value.encode().hex().upper()}"
     assert dump.stdout.split() == ["0x6B31", ":", "0x" + field("a", "1") + field("b", "20") + field("c", "30")], \
         dump.stdout + dump.stderr  # k1 alone; its fields sorted by name, each length-prefixed, big-endian
 

@@ -120,7 +120,8 @@ def test_fleet_scan_names_the_slow_host_and_compare_sees_it_fixed(lab: Lab, flee
     # the aggregate is compared too (verdicts depend on what else limits it: on 2 busy cores, the CPU)
     aggregate = [x for x in rows if x["metric"] in ("iops", "bw_mib_s", "read_clat_p99_us")]
     assert {x["metric"] for x in aggregate} == {"iops", "bw_mib_s", "read_clat_p99_us"}
-    assert all(x["verdict"] != "invalid" for x in aggregate), [(x["config"], x["metric"], x["verdict"]) for x in aggregate]
+    assert all(x["verdict"] != "invalid" for x in aggregate), \
+        [(x["config"], x["metric"], x["verdict"]) for x in aggregate]
     print("aggregate verdicts:", [(x["config"], x["metric"], x["verdict"]) for x in aggregate])
     lab.assert_nothing_left()
 

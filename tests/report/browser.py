@@ -34,7 +34,8 @@ _SVG_PROBE = """() => Array.from(document.querySelectorAll('svg'))
   .map(s => { const r = s.getBoundingClientRect();
     return {width: r.width, height: r.height, paths: s.querySelectorAll('path').length,
             uses: s.querySelectorAll('use').length,
-            plotted: s.querySelectorAll('[id*="line2d_"] path, [id*="PolyCollection_"] path, [id*="patch_"] path').length}; })"""
+            plotted: s.querySelectorAll(
+              '[id*="line2d_"] path, [id*="PolyCollection_"] path, [id*="patch_"] path').length}; })"""
 
 
 def chromium_available() -> bool:
@@ -70,7 +71,8 @@ def inspect_report(browser: Any, html_path: str | Path, screenshot: str | Path |
     """
     html_path = Path(html_path).resolve()
     shared = screenshot_dir()
-    shot = Path(screenshot) if screenshot else (shared / f"{html_path.stem}.png" if shared else html_path.with_suffix(".png"))
+    default = shared / f"{html_path.stem}.png" if shared else html_path.with_suffix(".png")
+    shot = Path(screenshot) if screenshot else default
     context = browser.new_context(viewport=VIEWPORT)
     requests: list[str] = []
     context.on("request", lambda req: requests.append(req.url))

@@ -122,7 +122,8 @@ def make_sections() -> list[Section]:
         columns=["mode", "block size", "MiB/s (95% CI)", "syscalls", "device flushes", "mode took effect"],
         rows=rows,
         cell_notes=cell_notes,
-        notes=[Note("o_direct at 512 B failed on this 4k-sector device; its row shows the 2 good repetitions.", "warn")],
+        notes=[Note("o_direct at 512 B failed on this 4k-sector device; its row shows the 2 good repetitions.",
+                    "warn")],
     )
     bar = Chart(
         title="Guest / host throughput ratio",
@@ -131,7 +132,8 @@ def make_sections() -> list[Section]:
         y_label="guest ÷ host",
         series=[
             Series("virtio-blk", MODES, [0.81, 0.62, 0.78, 0.85], [0.76, 0.55, 0.71, 0.80], [0.86, 0.69, 0.85, 0.90]),
-            Series("IDE (emulated)", MODES, [0.54, 0.21, 0.33, 0.58], [0.49, 0.17, 0.28, 0.52], [0.59, 0.25, 0.38, 0.64]),
+            Series("IDE (emulated)", MODES, [0.54, 0.21, 0.33, 0.58], [0.49, 0.17, 0.28, 0.52],
+                   [0.59, 0.25, 0.38, 0.64]),
         ],
         ref_lines=[(1.0, "host parity")],
         notes=[Note(TCG_WARNING, "warn")],

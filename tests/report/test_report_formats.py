@@ -7,11 +7,11 @@ import io
 import json
 
 import pytest
-
-from iolab.report.model import Chart, Note, Section, Series, Table
-from iolab.report.format import fmt_cell, fmt_num, fmt_size
-from iolab.report.render import render, render_csv, render_markdown
 from tests.report import sample_doc
+
+from iolab.report.format import fmt_cell, fmt_num, fmt_size
+from iolab.report.model import Chart, Note, Section, Series, Table
+from iolab.report.render import render, render_csv, render_markdown
 
 
 @pytest.mark.parametrize(

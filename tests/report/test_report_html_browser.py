@@ -6,10 +6,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from iolab.report.model import Chart
-from iolab.report.render import render_html
 from tests.report import sample_doc
 from tests.report.browser import inspect_report
+
+from iolab.report.model import Chart
+from iolab.report.render import render_html
 
 
 def _chart_count(sections: list[Any]) -> int:
@@ -81,7 +82,6 @@ def test_visible_elements(chromium_browser: Any, sample_run: tuple, tmp_path: Pa
 def test_failed_run_with_standalone_helper(tmp_path: Path, shot_dir: Path) -> None:
     """`open_report_in_browser` launches its own chromium: what tests outside tests/report use."""
     import pytest
-
     from tests.report.browser import chromium_available, open_report_in_browser
 
     if not chromium_available():

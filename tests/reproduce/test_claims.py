@@ -33,7 +33,7 @@ def virtio_doc(ratio_virtio: float, ratio_ide_big: float, ratio_ide_4k: float, a
     ts = []
     for rec, ide in ((4 * KiB, ratio_ide_4k), (16 * MiB, ratio_ide_big)):
         for test in ("write", "read"):
-            for k, noise in enumerate((0.99, 1.0, 1.01)):
+            for noise in (0.99, 1.0, 1.01):
                 base = 1000.0 * (20 if rec > KiB * 4 else 4)
                 w = {"kind": "iozone", "test": test, "record": rec}
                 ts.append(trial(w, {"kbps": base * noise}, labels={"target": "host", "test": test, "record": rec}))

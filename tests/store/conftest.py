@@ -11,6 +11,7 @@ import pytest
 
 from .pgserver import PG_BIN, PgServer, missing_binaries
 
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     missing = missing_binaries()

@@ -134,16 +134,16 @@ def test_a_trial_comes_back_exactly_as_saved_in_saving_order(store: Store) -> No
                     traceback="Traceback (most recent call last):\n  ...\nKeyError: 'x'\n"),
              _trial(3, manifest={"target": {"kind": "qemu", "nested": {"deep": [1, {"x": None}]}}, "ü": "ß" * 5000})]
     raws: list[Any] = [{"jobs": [{"read": {"iops": 1.5}}]}, None, None, "plain text ✓"]
-    for t, raw in zip(saved, raws):
+    for t, raw in zip(saved, raws, strict=False):
         store.save_trial("r1", t, raw)
     store.save_trial("other", _trial(9), {"x": 1})
     back = store.trials("r1")
     assert [t.trial_id for t in back] == [t.trial_id for t in saved]
-    for a, b in zip(saved, back):
+    for a, b in zip(saved, back, strict=False):
         assert _same(a, b), (a, b)
     assert back[2].traceback is not None and "KeyError" in back[2].traceback
     assert "_traceback" not in back[2].manifest, "the traceback is the trial's, not its manifest's"
-    for t, raw in zip(saved, raws):
+    for t, raw in zip(saved, raws, strict=False):
         assert store.raw("r1", t.trial_id) == raw
     assert store.raw("r1", "no-such-trial") is None
     assert [t.trial_id for t in store.trials("other")] == ["cfg1-r9"]
@@ -241,7 +241,7 @@ def test_two_writers_at_once_lose_nothing(ref: str, tmp_path: Path) -> None:
     procs = [ctx.Process(target=_writer, args=(ref, run_id, 40, errors[run_id])) for run_id in ("a", "b")]
     for p in procs:
         p.start()
-    for p, err in zip(procs, errors.values()):
+    for p, err in zip(procs, errors.values(), strict=False):
         p.join(120)
         assert p.exitcode == 0, err.read_text() if err.exists() else f"exit {p.exitcode}"
     try:

@@ -30,16 +30,18 @@ def _seed(url: str) -> None:
             for k in range(RUNS):
                 run_id = f"2026010{k // 10}-{k % 10:02d}0000-h-{host}-{k:06x}"
                 kernel = "6.6" if host == "host-a" and k >= STEP else "6.1"
-                s.create_run(run_id, "h", "builtin:h", {}, {}, {"hostname": host, "kernel": kernel, "fio_version": "fio-3.33",
-                                                             "iolab_version": "0.1.0"})
+                env = {"hostname": host, "kernel": kernel, "fio_version": "fio-3.33", "iolab_version": "0.1.0"}
+                s.create_run(run_id, "h", "builtin:h", {}, {}, env)
                 for cid, base in (("c0", 1000.0), ("c1", 500.0)):
                     level = base * (0.9 if (host, cid) == ("host-a", "c0") and k >= STEP else 1.0)
                     for rep in range(3):
                         s.save_trial(run_id, TrialResult(
                             trial_id=f"{cid}-r{rep}", config_id=cid, repetition=rep, params={}, status="ok", error=None,
-                            metrics={"iops": float(level * (1 + rng.normal(0, 0.01))), "lat_us": float(rng.normal(50, 1))},
+                            metrics={"iops": float(level * (1 + rng.normal(0, 0.01))),
+                                     "lat_us": float(rng.normal(50, 1))},
                             probes={}, manifest={}), None)
-                s.save_trial(run_id, TrialResult("c0-failed", "c0", 9, {}, "failed", "boom", {"iops": 1.0}, {}, {}), None)
+                failed = TrialResult("c0-failed", "c0", 9, {}, "failed", "boom", {"iops": 1.0}, {}, {})
+                s.save_trial(run_id, failed, None)
         # a run of another study is not part of the history
         s.create_run("other", "not-h", "builtin:x", {}, {}, {"hostname": "host-a"})
     finally:

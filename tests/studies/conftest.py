@@ -120,7 +120,8 @@ def reproduced() -> Iterator[Reproduced]:
     result = lab.run("reproduce", "--quick", timeout=3000, check=False)
     seconds = time.monotonic() - t0
     print(f"\niolab reproduce --quick: {seconds / 60:.1f} min, exit {result.returncode}")
-    assert result.returncode == 0, f"iolab reproduce --quick exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, \
+        f"iolab reproduce --quick exited {result.returncode}\n{result.stdout}\n{result.stderr}"
     run_id = lab.report_path(result).parent.name  # reports/<run id>/report.html; "latest" is its last child
     doc = lab.report_json(run_id)
     assert doc["study"] == "reproduce", (run_id, doc["study"])

@@ -39,7 +39,8 @@ def scan_doc(hosts: list[str], factors: dict[tuple[str, int], float], rng: np.ra
                      fleet_window_s=1.9)
             trials.append({
                 "id": f"c{i}-r{r}", "status": "ok", "error": None, "flags": [], "repetition": r,
-                "params": {"_workload": {"kind": "fio", "rw": rw, "bs": bs, "iodepth": qd}, "_target": {"kind": "fleet"}},
+                "params": {"_workload": {"kind": "fio", "rw": rw, "bs": bs, "iodepth": qd},
+                           "_target": {"kind": "fleet"}},
                 "metrics": m,
                 "manifest": {"target": {"hosts": {h: {"clock_skew_ms": -3.0} for h in hosts},
                                         "clock_skew_spread_ms": 1.5},

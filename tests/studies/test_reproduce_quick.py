@@ -64,7 +64,7 @@ def _check_block_size_verdict(row: dict) -> None:
     assert row["verdict"] == expected, (expected, row)
     if expected == claims.UNTESTABLE:
         assert row["reason"].startswith("too noisy to decide"), row
-        warnings.warn(UndecidedWarning(f"R2 block size: {row['value']} straddles 3x on this machine"))
+        warnings.warn(UndecidedWarning(f"R2 block size: {row['value']} straddles 3x on this machine"), stacklevel=2)
 
 
 def test_reproduce_page_renders_offline_with_links_to_each_study(reproduced: Reproduced) -> None:

@@ -126,4 +126,5 @@ def test_the_report_says_which_rows_hold_under_tcg() -> None:
     assert any("QEMU qcow2 image file in ext4 / QEMU raw image file in ext4: write at 4k" in line for line in summary)
     # the ratios in the table are the findings' (a cell is the estimate itself)
     qcow2 = next(row for row in cost.rows if row[:2] == ["4k", "QEMU qcow2 image file in ext4"])
-    assert qcow2[2] == "QEMU raw image file in ext4" and qcow2[3] == f["layers"]["vs_below"]["qemu-qcow2"]["write"]["4k"]
+    assert qcow2[2] == "QEMU raw image file in ext4"
+    assert qcow2[3] == f["layers"]["vs_below"]["qemu-qcow2"]["write"]["4k"]

@@ -55,7 +55,8 @@ SOURCES = {
     **{f"mem_{k}_mb_s": ("stream", lambda w: True, f"{k}_mb_s") for k in ("copy", "scale", "add", "triad")},
     **{f"disk_{rw}_iops": ("fio", lambda w, rw=rw: w["rw"] == rw, f"{side}_iops")
        for rw, side in (("randread", "read"), ("randwrite", "write"), ("read", "read"), ("write", "write"))},
-    **{f"disk_randrw_{side}_iops": ("fio", lambda w: w["rw"] == "randrw", f"{side}_iops") for side in ("read", "write")},
+    **{f"disk_randrw_{side}_iops": ("fio", lambda w: w["rw"] == "randrw", f"{side}_iops")
+       for side in ("read", "write")},
     **{f"net_{d}_mbit_s": ("iperf3", lambda w, d=d: w["direction"] == d, "mbit_s")
        for d in ("guest_to_host", "host_to_guest", "guest_to_guest")},
 }

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from iolab.probes.qemu_syscalls import (TRACE_EVENTS, causes_from_events, count_trace_events,
-                                        parse_strace_summary, probe_counts)
+from iolab.probes.qemu_syscalls import (
+    TRACE_EVENTS,
+    causes_from_events,
+    count_trace_events,
+    parse_strace_summary,
+    probe_counts,
+)
 from iolab.studies.sync_amplification.analysis import trial_counts
 
 DATA = Path(__file__).parent / "data"
