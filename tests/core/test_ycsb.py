@@ -31,7 +31,7 @@ from iolab.core.errors import CapabilityMissing, TrialFailed
 from iolab.core.exec import ExecResult
 from iolab.core.paths import cache_dir
 from iolab.native import ycsb_build, ycsb_guest
-from iolab.workloads.ycsb import YcsbParams, YcsbWorkload, judge, phase_flags, phase_metrics
+from iolab.workloads.ycsb import YcsbParams, YcsbWorkload, judge, phase_flags, phase_metrics, resolution
 
 DATA = Path(__file__).resolve().parent / "data" / "ycsb"
 needs_java = pytest.mark.skipif(shutil.which("java") is None,
@@ -256,6 +256,9 @@ def test_parser_gives_exactly_what_ycsb_printed() -> None:
         "run_update_max_us": 11959.0, "run_update_p50_us": 28.0, "run_update_p95_us": 326.0,
         "run_update_p99_us": 2231.0,
     }
+    # YCSB's RunTime is whole ms: the 788 ms run's rate is known to 1/788 of itself
+    assert resolution(phase_metrics("run", run)) == {"run_runtime_s": 0.001,
+                                                     "run_ops_s": pytest.approx(2538.0710659898477 / 788)}
     load_text = (DATA / "workloada-load.txt").read_text()
     load = phase_metrics("load", judge("load", _res(load_text), 1000))
     printed = _printed(load_text)

@@ -308,7 +308,7 @@ class YcsbWorkload(Workload):
                             for ph, (r, _) in phases.items()}}
         raw = {ph: {"stdout": r.stdout[-20000:], "stderr": r.stderr[-4000:]} for ph, (r, _) in phases.items()}
         return WorkloadResult(metrics=metrics, raw=raw, job_text=job, flags=flags,
-                              cpu_busy=phases["run"][0].cpu_busy, manifest=facts)
+                              cpu_busy=phases["run"][0].cpu_busy, manifest=facts, resolution=resolution(metrics))
 
     def expected(self, phase: str) -> int | None:
         """Operations the phase must report: every record loaded; operationcount unless time-bound."""
@@ -437,6 +437,19 @@ def judge(phase: str, res: ExecResult, expected: int | None) -> dict[str, dict[s
 
 def _statuses(returns: dict[str, int]) -> str:
     return ", ".join(f"{k.removeprefix('Return=')} {n}" for k, n in sorted(returns.items()))
+
+
+def resolution(metrics: dict[str, float]) -> dict[str, float]:
+    """YCSB times a phase in whole milliseconds (RunTime(ms)) and divides by it: its throughput
+    over t ms is known to about 1/t of itself (docs/statistics.md, "Resolution")."""
+    out: dict[str, float] = {}
+    for phase in ("load", "run"):
+        ms = metrics.get(f"{phase}_runtime_s", 0.0) * 1000
+        if ms >= 1:
+            out[f"{phase}_runtime_s"] = 0.001
+            if f"{phase}_ops_s" in metrics:
+                out[f"{phase}_ops_s"] = metrics[f"{phase}_ops_s"] / ms
+    return out
 
 
 def phase_metrics(phase: str, parsed: dict[str, dict[str, str]]) -> dict[str, float]:
