@@ -82,8 +82,16 @@ def test_json_follows_the_contract(basic_run: tuple[Lab, dict[str, Any]]) -> Non
         assert est["n"] == 3 and c["n_ok"] == 3 and c["failed_of"] == "0 failed of 3"
         assert est["mean"] == pytest.approx(iops.mean(), rel=1e-12)
         half = q * iops.std(ddof=1) / math.sqrt(3)
-        assert est["ci95"] == [pytest.approx(iops.mean() - half, rel=1e-9), pytest.approx(iops.mean() + half, rel=1e-9)]
-        assert (est["method"], est["unit"], est["direction"]) == ("simultaneous-t[3..3]", "IOPS", "higher")
+        # plus fio's clock error: each rate over t whole ms is off by up to rate/t (manifest.resolution)
+        rels = [t["manifest"]["resolution"]["iops"] / t["metrics"]["iops"] for t in trials]
+        for r, t in zip(rels, trials, strict=True):  # 1 / the read pass's ms, close to the job's runtime
+            assert r == pytest.approx(1 / (t["metrics"]["runtime_s"] * 1000), rel=0.05), t["id"]
+        rel = max(rels)
+        clock = rel * iops.mean()
+        assert 0 < clock < 0.01 * iops.mean(), "a time-based job of a second or more: the clock error is small"
+        assert est["ci95"] == [pytest.approx(iops.mean() - half - clock, rel=1e-9),
+                               pytest.approx(iops.mean() + half + clock, rel=1e-9)]
+        assert (est["method"], est["unit"], est["direction"]) == ("simultaneous-t[3..3] ±resolution", "IOPS", "higher")
         lat = c["metrics"]["read_lat_mean_us"]
         assert (lat["unit"], lat["direction"]) == ("µs", "lower")
         assert lat["mean"] == pytest.approx(np.mean([t["metrics"]["read_lat_mean_us"] for t in trials]))

@@ -8,10 +8,12 @@ import math
 from typing import Any
 
 from iolab.analysis.sequential import design_of
+from iolab.analysis.stats import RESOLUTION_METHOD
 from iolab.analysis.trials import (
     by_config,
     label_text,
     main_metric_of,
+    relative_resolution,
     settings_of,
     workload_of,
 )
@@ -22,6 +24,8 @@ from iolab.studies.spec import StudySettings
 
 # The error of the one record a study hook's skip leaves (runner/runner.py): a decision, not a failure.
 SKIPPED = "skipped by study hook"
+# A clock error worth a note next to the configuration: the flag short_run's threshold (1 %).
+SHORT_CLOCK_ERROR = 0.01
 
 
 def failed_text(failed: int, attempts: int) -> str:
@@ -30,7 +34,7 @@ def failed_text(failed: int, attempts: int) -> str:
 
 def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """One record per configuration: {config_id, label, ok, failed, attempts, failed_of,
-    main_metric, zero_values, stop_reason, interval_method}."""
+    main_metric, zero_values, stop_reason, interval_method, clock_error}."""
     settings = settings_of(doc) or StudySettings(name="unknown")
     design = design_of(doc)
     out = []
@@ -44,13 +48,16 @@ def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
         rule = StopRule.of(settings, decl.aggregate if decl else "mean")
         zeros = sum(1 for v in values if v == 0.0)
         skipped = next((t["error"] for t in trials if (t.get("error") or "").startswith(SKIPPED)), None)
+        clock = relative_resolution(ok, main) if main else 0.0
+        method = design.method if not decl or decl.aggregate == "mean" else f"harmonic {design.method}"
         out.append({
             "config_id": cid, "label": label_text(trials[0], cid), "ok": len(ok), "failed": failed,
             "attempts": len(trials), "failed_of": failed_text(failed, len(trials)), "main_metric": main,
             "zero_values": zeros,
             "stop_reason": (f"skipped by the study's hook: {skipped.split(': ', 1)[-1]}" if skipped and not ok
                             else rule.stop_reason(values, failed)),
-            "interval_method": design.method if not decl or decl.aggregate == "mean" else f"harmonic {design.method}",
+            "interval_method": method + (RESOLUTION_METHOD if clock > 0 else ""),
+            "clock_error": clock,
         })
     return out
 
@@ -67,9 +74,13 @@ def section(records: list[dict[str, Any]]) -> Section:
                   "it enters the mean, never dropped", "warn") for r in records if r["zero_values"]]
     notes += [Note(f"{r['label']}: {r['failed_of']} attempts failed; failed attempts are not in any mean "
                    "(see Trials for their errors)", "warn") for r in records if r["failed"]]
+    notes += [Note(f"{r['label']}: the tool's clock alone moves {r['main_metric']} by up to {r['clock_error']:.1%} "
+                   "(a pass of a few milliseconds): its intervals include that; a longer pass narrows it, more "
+                   "repetitions do not", "warn") for r in records if r.get("clock_error", 0.0) > SHORT_CLOCK_ERROR]
     intro = ("Every interval in this report is a 95 % interval over the successful repetitions of its "
              "configuration. 'simultaneous-t[a..b]' keeps its 95 % although the runner chose n by looking at "
-             "the data after every repetition from a to b (docs/statistics.md).")
+             "the data after every repetition from a to b; '±resolution': widened by the error of the tool's own "
+             "clock (fio counts whole milliseconds) (docs/statistics.md).")
     return Section("Repetitions", [Table("Repetitions per configuration",
                                          ["configuration", "n ok", "failed", "stopping metric", "why it stopped here",
                                           "interval method"], rows, notes=notes)], intro=intro)
