@@ -153,3 +153,18 @@ def test_compare_reads_the_resolution_from_the_stored_trials() -> None:
     far = compare_runs(run("a", 9), run("b", 40), threshold=0.02)
     assert next(r for r in far["rows"] if r["metric"] == "kbps")["verdict"] == "regression"
     assert not math.isnan(far["rows"][0]["p_holm"])
+
+
+def test_the_repetitions_section_names_the_clock_error_once_with_its_range() -> None:
+    from iolab.analysis.repetitions import section
+
+    def rec(label: str, clock: float) -> dict:
+        return {"label": label, "ok": 3, "failed": 0, "failed_of": "0 failed of 3", "main_metric": "kbps",
+                "zero_values": 0, "stop_reason": "cap of 3 reached", "interval_method": "harmonic simultaneous-t[3..3]"
+                + (RESOLUTION_METHOD if clock else ""), "clock_error": clock}
+    table = section([rec("a", 0.002), rec("b", 0.059), rec("c", 0.031), rec("d", 0.0)]).blocks[0]
+    notes = [n.text for n in table.notes]
+    assert len(notes) == 1 and notes[0].startswith("2 of 4 configurations") and "3.1% to 5.9%" in notes[0] \
+        and "(worst: b)" in notes[0], notes
+    assert [row[-1] for row in table.rows] == ["±0.2%", "±5.9%", "±3.1%", "—"]
+    assert not section([rec("a", 0.002)]).blocks[0].notes, "a clock error under 1 % needs no note"

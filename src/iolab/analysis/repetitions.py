@@ -66,21 +66,33 @@ def _num(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
+def _clock_notes(records: list[dict[str, Any]]) -> list[Note]:
+    """One note for every configuration whose tool clock moves its main metric by more than 1 %:
+    how many, the range, the worst; the table's clock-error column has each."""
+    coarse = sorted((r for r in records if r.get("clock_error", 0.0) > SHORT_CLOCK_ERROR),
+                    key=lambda r: r["clock_error"])
+    if not coarse:
+        return []
+    worst = coarse[-1]
+    return [Note(f"{len(coarse)} of {len(records)} configurations timed passes of a few milliseconds: the tool's clock "
+                 f"alone moves their main metric by {coarse[0]['clock_error']:.1%} to {worst['clock_error']:.1%} "
+                 f"(worst: {worst['label']}). Their intervals include that error; a longer pass narrows it, more "
+                 "repetitions do not.", "warn")]
+
+
 def section(records: list[dict[str, Any]]) -> Section:
     """The report's 'Repetitions' section: n, failures, the stop reason and the interval method."""
-    rows = [[r["label"], r["ok"], r["failed_of"], r["main_metric"] or "—", r["stop_reason"], r["interval_method"]]
-            for r in records]
+    rows = [[r["label"], r["ok"], r["failed_of"], r["main_metric"] or "—", r["stop_reason"], r["interval_method"],
+             f"±{r['clock_error']:.1%}" if r.get("clock_error") else "—"] for r in records]
     notes = [Note(f"{r['label']}: {r['zero_values']} trial(s) measured {r['main_metric']} = 0 (a stall); "
                   "it enters the mean, never dropped", "warn") for r in records if r["zero_values"]]
     notes += [Note(f"{r['label']}: {r['failed_of']} attempts failed; failed attempts are not in any mean "
                    "(see Trials for their errors)", "warn") for r in records if r["failed"]]
-    notes += [Note(f"{r['label']}: the tool's clock alone moves {r['main_metric']} by up to {r['clock_error']:.1%} "
-                   "(a pass of a few milliseconds): its intervals include that; a longer pass narrows it, more "
-                   "repetitions do not", "warn") for r in records if r.get("clock_error", 0.0) > SHORT_CLOCK_ERROR]
+    notes += _clock_notes(records)
     intro = ("Every interval in this report is a 95 % interval over the successful repetitions of its "
              "configuration. 'simultaneous-t[a..b]' keeps its 95 % although the runner chose n by looking at "
              "the data after every repetition from a to b; '±resolution': widened by the error of the tool's own "
              "clock (fio counts whole milliseconds) (docs/statistics.md).")
     return Section("Repetitions", [Table("Repetitions per configuration",
                                          ["configuration", "n ok", "failed", "stopping metric", "why it stopped here",
-                                          "interval method"], rows, notes=notes)], intro=intro)
+                                          "interval method", "clock error"], rows, notes=notes)], intro=intro)
