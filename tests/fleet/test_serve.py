@@ -89,6 +89,7 @@ def test_fleet_run_through_a_unix_socket_server_on_a_file(lab: Lab, tmp_path: Pa
         assert r.returncode == 0, r.stdout + r.stderr
     (t,) = lab.report_json()["trials"]
     assert t["status"] == "ok", t.get("error")
+    print(t["flags"], t["manifest"]["workload_facts"])
     assert t["metrics"]["host:local:iops"] > 0 and t["metrics"]["fleet_hosts_ok"] == 1
     assert data.stat().st_size == 8 << 20  # prefilled: reads of a sparse file never reach the disk
     lab.assert_nothing_left()
