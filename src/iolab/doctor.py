@@ -401,7 +401,8 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         space_check(str(scratch), sizing.free_bytes(scratch)),
         llc_check(sizing.read_llc(), host),
         *[tool_check(tool, shutil.which(tool), use, install=INSTALL.get(tool)) for tool, use in TOOLS.items()],
-        fio_server_check(*fleet_serve.security_line(fleet_serve.running_servers())),
+        fio_server_check(*fleet_serve.security_line(
+            fleet_serve.running_servers(), [s for s, uid in fleet_serve.running_server_processes() if uid == 0])),
         _store(*(store or (str(paths.default_db()), "results database"))),
     ]
     return {"environment": env, "checks": [c.as_dict() for c in items]}
