@@ -119,12 +119,12 @@ def test_remote_device_needs_explicit_permission(lab: Lab, fleet3: list[NsHost])
 
 
 @pytest.mark.parametrize("hosts, why", [
-    ('[{name = "a b", address = "10.0.0.1", device = "/dev/x"}]', "host name"),
-    ('[{name = "a", address = "10.0.0.1;rm", device = "/dev/x"}]', "neither"),
-    ('[{name = "a", address = "10.0.0.1", device = "/dev/x", filename = "/f"}]', "exactly one"),
-    ('[{name = "a", address = "10.0.0.1", device = "/dev/../etc/passwd"}]', "no '..'"),
-    ('[{name = "a", address = "10.0.0.1", port = 70000, device = "/dev/x"}]', "port"),
-    ('[{name = "a", address = "10.0.0.1", device = "/dev/x"}, {name = "a", address = "10.0.0.2", '
+    ('[{name = "a b", address = "192.0.2.1", device = "/dev/x"}]', "host name"),
+    ('[{name = "a", address = "192.0.2.1;rm", device = "/dev/x"}]', "neither"),
+    ('[{name = "a", address = "192.0.2.1", device = "/dev/x", filename = "/f"}]', "exactly one"),
+    ('[{name = "a", address = "192.0.2.1", device = "/dev/../etc/passwd"}]', "no '..'"),
+    ('[{name = "a", address = "192.0.2.1", port = 70000, device = "/dev/x"}]', "port"),
+    ('[{name = "a", address = "192.0.2.1", device = "/dev/x"}, {name = "a", address = "192.0.2.2", '
      'device = "/dev/x"}]', "unique"),
     ('[]', "hosts"),
 ])

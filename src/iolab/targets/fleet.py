@@ -95,10 +95,11 @@ class FleetTarget(Target):
               + ", ".join(f"{h.name} {h.address if h.is_unix else f'{h.address}:{h.port}'}" for h in hosts),
               file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="iolab-fleet-probe-") as tmp:
+            if remote_files and not checks.unreachable(remote_files):  # (unreachable: check() says so)
+                refusals = guard.check_remote(checks.runner(Path(tmp), output_format="json"), remote_files)
+                if refusals:
+                    raise RefusedError("\n".join(refusals))
             self.facts = checks.check(checks.runner(Path(tmp)), hosts)
-            refusals = guard.check_remote(checks.runner(Path(tmp), output_format="json"), remote_files)
-        if refusals:
-            raise RefusedError("\n".join(refusals))
         self.skews = {n: f.skew for n, f in self.facts.items()}
         self.absent = [h for h in hosts if h.local and h.filename and not guard.allowed(h)]
 
