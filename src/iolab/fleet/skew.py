@@ -44,12 +44,14 @@ class Skew:
     def exact(self) -> bool:
         return self.method == SAME_CLOCK
 
-    def stale(self, now: float | None = None) -> bool:
-        return not self.exact and ((now or time.time()) - self.measured_at > REMEASURE_S or self.ms is None)
+    def stale(self, every_s: float = REMEASURE_S, now: float | None = None) -> bool:
+        """Due for measuring again: on another clock, and older than `every_s` or unknown."""
+        return not self.exact and ((now or time.time()) - self.measured_at > every_s or self.ms is None)
 
     def manifest(self) -> dict[str, object]:
         return {"clock_skew_ms": self.ms, "clock_skew_method": self.method, "clock_skew_spread_ms": self.spread_ms,
-                "clock_skew_probes_ms": [round(b, 1) for b in self.bounds]}
+                "clock_skew_probes_ms": [round(b, 1) for b in self.bounds],
+                "clock_skew_measured_at": round(self.measured_at, 3)}
 
 
 def same_clock() -> Skew:
@@ -116,6 +118,6 @@ def for_trial(skews: Mapping[str, Skew], bounds: Mapping[str, float | None], int
                      "machine's")
     if uncertain:
         flags.append(f"fleet_skew_exceeds_tolerance: clock skew known only to {', '.join(sorted(uncertain))}, "
-                     f"more than the common window's tolerance of {tol:.0f} ms (a quarter of the "
+                     f"more than the common window's tolerance of {tol:g} ms (a quarter of the "
                      f"{interval_ms:.0f} ms log interval): samples near the window's edges may be misplaced")
     return TrialSkew(used, flags, sorted(set(remeasure)))

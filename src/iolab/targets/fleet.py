@@ -44,6 +44,9 @@ class FleetParams(TargetParams):
     kind: Literal["fleet"] = "fleet"
     hosts: list[FleetHost] = Field(min_length=1, max_length=MAX_HOSTS)
     log_interval_ms: int = Field(0, ge=0, le=10_000, description="rate log interval; 0: from the job's runtime")
+    clock_skew_every_s: float = Field(skews.REMEASURE_S, ge=1, le=86_400, allow_inf_nan=False,
+                                      description="measure the clock skew of hosts on another clock again after "
+                                                  "this long (before the next trial)")
 
     @field_validator("hosts")
     @classmethod
@@ -148,7 +151,7 @@ class _Fleet:
         """Hosts on another clock whose skew is older than skew.REMEASURE_S (or proven stale by the
         last trial) are probed again, before this trial's load."""
         t = self.target
-        stale = [h for h in hosts if h.name in t.skews and t.skews[h.name].stale()]
+        stale = [h for h in hosts if h.name in t.skews and t.skews[h.name].stale(t.params.clock_skew_every_s)]
         if stale and t.executor is not None:
             t.skews.update(checks.measure_skew(checks.runner(t.executor.workdir, t.ledger), stale))
 
@@ -210,6 +213,7 @@ class _Fleet:
         facts: dict[str, Any] = {
             "fleet_failed_hosts": failed, "fleet_log_interval_ms": interval,
             "fleet_clock_skew_ms": placed.used,
+            "fleet_clock_skew": {d.name: t.skews[d.name].manifest() for d in ok if d.name in t.skews},
             "fleet_clock_skew_log_bound_ms": {d.name: run.hosts[d.name].log_bound_ms for d in ok},
         }
         said = {n: r.said for n, r in run.hosts.items() if r.said}
