@@ -123,9 +123,10 @@ def _clock_table(f: dict[str, Any]) -> Table:
     return Table("Clocks: each host's time minus this machine's, measured before load (ms)", ["host", "skew ms"],
                  rows, notes=[Note(f"spread between hosts: {spread:.1f} ms" if spread is not None else
                                    "spread between hosts: not measured"),
-                              Note("Read low by the probe result's delivery time (tens of ms on one machine), a "
-                                   "bias hosts on similar networks share; starts are placed on this machine's clock "
-                                   "with it.")])
+                              Note("0 for a host on this machine's clock (a unix socket, loopback, same_machine); "
+                                   "else the minimum-delay estimate of several probes before load, low by the "
+                                   "fastest probe's delivery time, and measured again through the scan (each trial's "
+                                   "own value is in its facts, fleet_clock_skew_ms; docs/fleet.md).")])
 
 
 def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Section]]:
