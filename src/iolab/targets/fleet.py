@@ -195,6 +195,7 @@ class _Fleet:
                                  {d.name: run.hosts[d.name].log_bound_ms for d in ok}, interval)
         for done in ok:
             done.skew_ms = placed.used.get(done.name, 0.0)
+        measured = {d.name: t.skews[d.name].manifest() for d in ok if d.name in t.skews}
         for name in placed.remeasure:  # proven stale: probed again before the next trial
             t.skews[name] = replace(t.skews[name], measured_at=0.0)
         metrics, flags = aggregate(ok, interval)
@@ -213,7 +214,7 @@ class _Fleet:
         facts: dict[str, Any] = {
             "fleet_failed_hosts": failed, "fleet_log_interval_ms": interval,
             "fleet_clock_skew_ms": placed.used,
-            "fleet_clock_skew": {d.name: t.skews[d.name].manifest() for d in ok if d.name in t.skews},
+            "fleet_clock_skew": measured,
             "fleet_clock_skew_log_bound_ms": {d.name: run.hosts[d.name].log_bound_ms for d in ok},
         }
         said = {n: r.said for n, r in run.hosts.items() if r.said}
