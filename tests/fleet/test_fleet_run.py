@@ -131,3 +131,39 @@ def test_skew_of_hosts_on_another_clock_is_measured_again_and_its_flags_follow_i
         print(t["flags"], facts["fleet_clock_skew_ms"], facts["fleet_clock_skew_log_bound_ms"])
     assert all(measured[1][n] > measured[0][n] for n in measured[0]), measured  # measured again
     lab.assert_nothing_left()
+
+
+def test_a_host_on_a_plain_unix_socket_gets_its_logs_back(lab: Lab, tmp_path: Path) -> None:
+    """A bare `fio --server=sock:PATH`: fio's client names the host's logs `<log>.<socket path>`, which
+    with an absolute path names a directory that does not exist, so they were lost and every trial
+    fell back to whole-run sums (`fleet_window_unmeasured`). Through iolab's relay socket in the
+    client's work dir they come back, the aggregate is over the common window, and the skew of a
+    host on this machine's clock is exactly 0."""
+    import subprocess
+    import time
+
+    from tests.fleet.netns_hosts import _kill_server_tree
+
+    sock = tmp_path / "fio.sock"
+    server = subprocess.Popen(["fio", f"--server=sock:{sock}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        end = time.monotonic() + 15
+        while not sock.exists():
+            assert server.poll() is None and time.monotonic() < end
+            time.sleep(0.05)
+        spec = lab.spec(study_table("sock", repetitions=2, max_repetitions=2) + fio_workload(size="8M", runtime=2)
+                        + f'[target]\nkind = "fleet"\n[[target.hosts]]\nname = "local"\naddress = "{sock}"\n'
+                          f'filename = "{tmp_path / "data.bin"}"\n')
+        r = lab.iolab("run", spec, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        _kill_server_tree(server.pid)
+        server.wait(timeout=10)
+    trials = lab.report_json()["trials"]
+    assert [t["status"] for t in trials] == ["ok", "ok"], [t.get("error") for t in trials]
+    for t in trials:
+        assert not [f for f in t["flags"] if f.startswith(("fleet_window_unmeasured", "fleet_skew"))], t["flags"]
+        assert 0 < t["metrics"]["fleet_window_s"] <= 2.5
+        assert t["manifest"]["workload_facts"]["fleet_clock_skew_ms"] == {"local": 0.0}
+    lab.assert_nothing_left()
