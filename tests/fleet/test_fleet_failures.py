@@ -288,3 +288,39 @@ def test_stray_text_before_fio_json_fails_no_host(lab: Lab, fleet3: list[NsHost]
     said = t["manifest"]["workload_facts"]["fleet_host_messages"]
     assert "not json" in said[talker.name]
     lab.assert_nothing_left()
+
+
+def test_a_slow_host_of_a_job_that_ends_by_size_is_not_taken_for_hung(tmp_path: Path) -> None:
+    """Peers' results tell when a host hangs only for a time-based job (same length everywhere). A job
+    that ends by size (a prefill) takes as long as its host's disk needs: a host 8 s slower than the
+    other is waited for, not stopped 5 s after the other's result came back."""
+    from iolab.core.net import free_port
+    from iolab.fleet import client as fleet_client
+    from iolab.fleet.hosts import FleetHost
+    from tests.fleet.netns_hosts import _kill_server_tree
+
+    ports = [free_port(), free_port()]
+    servers = [subprocess.Popen(["fio", f"--server=ip:127.0.0.1,{p}"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True) for p in ports]
+    try:
+        for p in ports:
+            end = time.monotonic() + 15
+            while subprocess.run(["ss", "-Hltn", f"sport = :{p}"], capture_output=True, text=True).stdout == "":
+                assert time.monotonic() < end
+                time.sleep(0.1)
+        hosts = [FleetHost(name=f"h{i}", address="127.0.0.1", port=p, filename=f"/nonexistent/{i}")
+                 for i, p in enumerate(ports)]
+        jobs = {"h0": "[fast]\nioengine=null\nsize=4m\nbs=4k\n",
+                "h1": "[slow]\nioengine=null\nsize=40k\nbs=4k\nrate_iops=1\n"}  # 10 I/Os at 1 per second
+        assert fleet_client.expected_seconds(jobs["h1"]) is None
+        base = tmp_path / "clients"
+        base.mkdir(mode=0o700)
+        t0 = time.monotonic()
+        run = fleet_client.run_clients(base, None, hosts, jobs, timeout_s=120)
+        took = time.monotonic() - t0
+    finally:
+        for s in servers:
+            _kill_server_tree(s.pid)
+            s.wait(timeout=10)
+    assert run.failed == {}, run.failed
+    assert {r.name for r in run.ok} == {"h0", "h1"} and took > 8, took

@@ -8,8 +8,9 @@ own client, in its own work directory, with its own deadline:
 * **Started together.** Every client is spawned first and waits on a FIFO in its work dir
   (`gate`); closing all the FIFOs' write ends releases them at one instant.
 * **Its own deadline, about the trial's own time.** A host whose result has not come back
-  PEER_LAG_S after the other hosts' did (they run the same job from the same instant), or
-  START_ALLOWANCE_S past the job's own length, is stopped: SIGINT (on which fio asks its
+  PEER_LAG_S after the other hosts' did (they run the same time-based job from the same
+  instant), or START_ALLOWANCE_S past the job's own length, is stopped (a job that ends by
+  size, such as a prefill, has only the trial's timeout): SIGINT (on which fio asks its
   server to stop the job), then SIGKILL HOST_STOP_GRACE_S later (a hung server never
   answers). Nothing waits for the trial's generous timeout. Ctrl-C or SIGTERM of iolab stops
   every client the same way, with STOP_GRACE_S for healthy servers to stop their jobs.
@@ -237,7 +238,9 @@ def _supervise(clients: list[_Client], released: float, own_limit: float, expect
             if c.done.is_set():
                 continue
             if c.stopped_at is None:
-                peers_back = max(back) + PEER_LAG_S + 0.05 * (expected or 0.0) if back else None
+                # only a time-based job runs as long on every host; a job that ends by size (a prefill)
+                # takes as long as its host's disk needs
+                peers_back = max(back) + PEER_LAG_S + 0.05 * expected if back and expected is not None else None
                 if peers_back is not None and now > peers_back:
                     c.stopped_why = (f"no result {now - max(back):.0f} s after the other hosts' came back (its job "
                                      "runs as long as theirs): its server hangs or stopped answering")
