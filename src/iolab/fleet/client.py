@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import ExecRequest, ExecResult, HostExecutor, Running
 from iolab.core.resources import Ledger
 from iolab.fleet import accounts, fio_output
@@ -141,6 +142,10 @@ def run_clients(base: Path, ledger: Ledger | None, hosts: list[FleetHost], jobs:
                 skews: dict[str, float] | None = None, output_format: str = "json+",
                 logs: bool = False) -> ClientRun:
     """Run each host's job through its own client, all released at one instant; per-host results."""
+    if os.geteuid() != 0:
+        raise CapabilityMissing(f"a fleet's fio clients run as the unprivileged user {accounts.CLIENT_USER} (fio's "
+                                "client does what its server asks: send back any file, write anywhere), and only "
+                                "root can switch to it: run iolab as root")
     account, _ = accounts.ensure(accounts.CLIENT_USER)
     fio = shutil.which("fio") or "fio"
     expected = max((e for j in jobs.values() if (e := expected_seconds(j)) is not None), default=None)
