@@ -288,12 +288,13 @@ def test_an_unknown_store_scheme_is_exit_2_naming_it(tmp_path: Path) -> None:
         assert argv[-1] in r.stderr and "no results store for" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_newer_sqlite_schema_is_refused(tmp_path: Path) -> None:
+def test_a_newer_sqlite_schema_is_refused_for_writing(tmp_path: Path) -> None:
+    """A store whose newer migrations need newer writers (test_upgrades.py has the whole range)."""
     db = tmp_path / "r.sqlite"
     s = registry.open_store(db)
     s.close()
     con = sqlite3.connect(db)
-    con.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    con.execute("UPDATE meta SET value='999' WHERE key IN ('schema_version', 'min_writer_version')")
     con.commit()
     con.close()
     with pytest.raises(IolabError, match="schema version 999, newer"):

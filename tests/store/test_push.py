@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +43,8 @@ def _norm(t: TrialResult) -> dict[str, Any]:
 
 def _counts(url: str) -> tuple[int, int]:
     with psycopg.connect(url, autocommit=True) as conn:
-        runs = conn.execute("SELECT count(*) FROM runs").fetchone()
-        trials = conn.execute("SELECT count(*) FROM trials").fetchone()
+        runs = conn.execute("SELECT count(*) FROM iolab.runs").fetchone()
+        trials = conn.execute("SELECT count(*) FROM iolab.trials").fetchone()
     return (runs[0] if runs else -1, trials[0] if trials else -1)
 
 
@@ -61,6 +62,7 @@ def test_push_copies_a_run_exactly_and_twice_is_still_once(pg_server: PgServer, 
     r = _iolab(tmp_path, "push", "20260101-000000-s-laptop-a", "--db", str(db), "--to", url)
     assert r.returncode == 0, r.stderr
     assert "pushed 20260101-000000-s-laptop-aaaaaa (running, 3 trials)" in " ".join(r.stdout.split())
+    assert f"as iolab@{socket.gethostname()}" in " ".join(r.stdout.split())
     assert _counts(url) == (1, 3)
     # the partial run goes on locally and is pushed again: one copy, now with 4 trials
     local.save_trial("20260101-000000-s-laptop-aaaaaa", _trial(3), {"raw": 3})
@@ -73,7 +75,9 @@ def test_push_copies_a_run_exactly_and_twice_is_still_once(pg_server: PgServer, 
     team = registry.open_store(url)
     try:
         src, dst = local.resolve("20260101-000000-s-laptop-aaaaaa"), team.resolve("latest")
-        assert dst.__dict__ == src.__dict__, "the run record is copied as it is (times, status, extra)"
+        assert {**dst.__dict__, "owner_role": None} == src.__dict__, \
+            "the run record is copied as it is (times, status, extra, host)"
+        assert dst.owner_role == "iolab", "the team store records the role that pushed it"
         assert [_norm(t) for t in team.trials(dst.id)] == [_norm(t) for t in local.trials(src.id)]
         for i, t in enumerate(local.trials(src.id)):
             assert team.raw(dst.id, t.trial_id) == local.raw(src.id, t.trial_id) == ({"raw": i} if i != 1 else None)
