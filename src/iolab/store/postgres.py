@@ -307,14 +307,15 @@ class PostgresStore(Store):
                                   (rec.id,)).fetchone() if theirs != ours else (0,)
                 if changed != 1 or (left and left[0]):
                     raise RefusedError(f"{self.location} refuses role {self.role!r} changing run {rec.id} of "
-                                       f"{old.origin} (row-level security: a role changes only its own runs)")
+                                       f"{old.origin} (row-level security): a role may write only its own runs, and "
+                                       "only the tables' owner replaces a run of another origin")
                 return old if theirs != ours else None
         try:
             return self.link.retrying(op)
         except StoreFailed as exc:
             if exc.sqlstate == "42501":  # no privilege, or a row-level security policy
-                raise RefusedError(f"{exc}: role {self.role!r} may write only its own runs "
-                                   "(docs/store.md#roles)") from None
+                raise RefusedError(f"{exc}: role {self.role!r} may write only its own runs, and only the tables' "
+                                   "owner replaces a run of another origin (docs/store.md#roles)") from None
             raise
 
     def runs(self, limit: int = 50) -> list[RunRecord]:
