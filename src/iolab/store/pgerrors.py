@@ -7,15 +7,16 @@ lost connection an `OperationalError`, yet both mean "not now". Only what the se
 it will never take (class 22, the data; class 23, an integrity constraint) is refused; every
 other error keeps the write for later, so nothing finished is lost whatever the server does.
 
-    connection  no SQLSTATE (the client lost the server), 08 (connection exception), 57P01-57P03
-                (admin or crash shutdown, cannot connect now): reconnect and retry
+    connection  08 (connection exception), 57P01-57P03 (admin or crash shutdown, cannot connect now),
+                and a client error without SQLSTATE (the client lost the server): reconnect, retry
     read_only   25006: reconnect and retry (behind a multi-host URL with target_session_attrs
                 the next connection may reach the new primary)
     busy        40 (serialization failure, deadlock), 53 (disk full, too many connections), 55
                 (lock not available), 57014 (statement timeout), 58 (I/O error): retry
-    refused     22 (data exception), 23 (integrity constraint violation): never; set aside
+    refused     22 (data exception), 23 (integrity constraint violation), and a value the client
+                cannot send at all (psycopg's DataError without SQLSTATE: a NUL in text): never
     later       anything else (e.g. 42501 insufficient privilege until an administrator grants
-                it, 42P01 a table not there yet): no retry now, kept for later
+                it, 42P01 a table not there yet, a query the client refuses): no retry now, kept
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ _BUSY_CLASSES = frozenset({"40", "53", "55", "58"})
 
 def kind(exc: psycopg.Error) -> Kind:
     state = exc.sqlstate
-    if state is None or state[:2] == "08" or state in _CONNECTION_STATES:
+    if state is None:  # no answer from the server: the client's own error
+        if isinstance(exc, psycopg.DataError):
+            return "refused"  # what libpq cannot send at all (a NUL in a text value)
+        if isinstance(exc, psycopg.ProgrammingError):
+            return "later"  # a query iolab got wrong: kept for an iolab that gets it right
+        return "connection"
+    if state[:2] == "08" or state in _CONNECTION_STATES:
         return "connection"
     if state == "25006":
         return "read_only"

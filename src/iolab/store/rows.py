@@ -36,7 +36,10 @@ def trial_values(run_id: str, r: TrialResult, raw: Any, seq: int) -> tuple[Any, 
     manifest = dict(r.manifest)
     if r.traceback is not None:
         manifest[TRACEBACK_KEY] = r.traceback
-    return (run_id, r.trial_id, r.config_id, r.repetition, dump(r.params), r.status, r.error,
+    # an error message is text for people; a NUL in it (a tool's garbled output) is one PostgreSQL
+    # cannot store, and must not cost the trial
+    error = r.error.replace("\x00", "\ufffd") if r.error else r.error
+    return (run_id, r.trial_id, r.config_id, r.repetition, dump(r.params), r.status, error,
             dump(r.metrics), dump(r.probes), dump(r.flags), dump(manifest),
             dump(raw) if raw is not None else None, r.started, r.ended, seq)
 
