@@ -34,7 +34,6 @@ import pytest
 from iolab.core import owner
 from iolab.core.model import TrialResult
 from iolab.store import registry
-from iolab.store.pgerrors import kind
 from iolab.store.spool import Spool
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, make_lab, needs_fio, needs_root, study_table
 
@@ -67,19 +66,29 @@ def server(pg_server: PgServer) -> Iterator[PgServer]:
         set_read_only(pg_server, False)
 
 
+def table(conn: psycopg.Connection, name: str) -> str | None:
+    """Where iolab keeps a table: its schema, or public for a store from before (so these tests
+    also say what an older iolab did), None before it made one."""
+    for schema in ("iolab", "public"):
+        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.{name}",)).fetchone() == (True,):
+            return f"{schema}.{name}"
+    return None
+
+
 def _rows(url: str, run_id: str | None = None) -> list[tuple]:
     with psycopg.connect(url, autocommit=True) as conn:
-        if conn.execute("SELECT to_regclass('iolab.trials')").fetchone() == (None,):
+        trials = table(conn, "trials")
+        if trials is None:
             return []
         if run_id is None:
-            return conn.execute("SELECT run_id, trial_id, status FROM iolab.trials ORDER BY run_id, seq").fetchall()
-        return conn.execute("SELECT run_id, trial_id, status FROM iolab.trials WHERE run_id=%s ORDER BY seq",
+            return conn.execute(f"SELECT run_id, trial_id, status FROM {trials} ORDER BY run_id, seq").fetchall()
+        return conn.execute(f"SELECT run_id, trial_id, status FROM {trials} WHERE run_id=%s ORDER BY seq",
                             (run_id,)).fetchall()
 
 
 def _runs(url: str) -> list[tuple[str, str]]:
     with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute("SELECT id, status FROM iolab.runs ORDER BY created").fetchall()
+        return conn.execute(f"SELECT id, status FROM {table(conn, 'runs')} ORDER BY created").fetchall()
 
 
 def _spool_files(lab: Lab) -> list[Path]:
@@ -113,8 +122,8 @@ def _every_trial_once(url: str, run_id: str, expected: int) -> None:
     assert len(ids) == expected and len(set(ids)) == expected, f"lost or duplicated: {ids}"
     assert all(t[2] == "ok" for t in stored), stored
     with psycopg.connect(url, autocommit=True) as conn:
-        started = [r[0] for r in conn.execute("SELECT started FROM iolab.trials WHERE run_id=%s ORDER BY seq",
-                                              (run_id,)).fetchall()]
+        started = [r[0] for r in conn.execute(f"SELECT started FROM {table(conn, 'trials')} WHERE run_id=%s"
+                                              " ORDER BY seq", (run_id,)).fetchall()]
     assert started == sorted(started), "the trials are stored in the order they ran"
 
 
@@ -306,6 +315,8 @@ def test_writes_kept_in_the_spool_leave_the_store_exactly_as_writes_made_directl
 
 
 def test_errors_are_classified_by_sqlstate(server: PgServer) -> None:
+    from iolab.store.pgerrors import kind
+
     url = server.fresh_url()
     registry.open_store(url).close()
     seen: dict[str, str] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -54,6 +54,9 @@ def parse(ref: str) -> dict[str, str]:
         params = {k: str(v) for k, v in conninfo_to_dict(ref).items() if v is not None}
     except Error as exc:
         raise UnparsableURL(_reason(str(exc))) from None
+    except UnicodeError:  # a %XX that decodes to bytes that are not UTF-8
+        raise UnparsableURL("it decodes to bytes that are not UTF-8 (a '%' inside a password must be written %25)") \
+            from None
     # libpq reads an unencoded '@' or '/' in a password as part of the host, port or database:
     # shown, those would show the rest of the password, and no server has such a name anyway
     if any("@" in params.get(k, "") for k in ("host", "hostaddr", "dbname")):
@@ -74,16 +77,29 @@ def secrets_of(ref: str) -> list[str]:
     written in the URL (percent-encoded). Empty for a path or a URL without a password."""
     if not is_postgres(ref):
         return []
+    found = _raw_secrets(ref)
     try:
         params = parse(ref)
     except UnparsableURL:
-        return []
-    found = []
-    for key in SECRET_PARAMS:
-        value = params.get(key)
+        params = {}
+    for value in [*(params.get(key) for key in SECRET_PARAMS), *found]:
         if value:
-            found += [value, quote(value, safe=""), quote(value, safe="/:@"), quote(value)]
+            found += [value, unquote(value), quote(value, safe=""), quote(value, safe="/:@"), quote(value)]
     return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def _raw_secrets(ref: str) -> list[str]:
+    """What a password may be in the URL as written, whether libpq parses it or not: everything
+    between the user name's ':' and the last '@', and every `password=` value (a superset of the
+    password is scrubbed as well as the password)."""
+    rest = SCHEME.sub("", ref, count=1)
+    found = []
+    if "@" in rest:
+        userinfo = rest.rsplit("@", 1)[0]
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+    found += [m.group(1) for m in re.finditer(r"(?:^|[?&\s])(?:ssl)?password=([^&]*)", rest, re.IGNORECASE)]
+    return found
 
 
 def shown(ref: str | Path) -> str:
