@@ -216,3 +216,34 @@ def test_a_server_back_within_the_retry_window_takes_the_trial_directly(
         assert s.resolve("r1").status == "complete"
     finally:
         s.close()
+
+
+def test_a_role_that_may_only_read_uses_runs_report_and_history(pg_server: PgServer, tmp_path: Path) -> None:
+    """Opening for reading migrates nothing and writes nothing: a role granted SELECT only reads."""
+    url = pg_server.fresh_url()
+    s = registry.open_store(url)
+    try:
+        s.create_run("r1", "s", "builtin:s", {"study": {"name": "s"}}, {}, {"hostname": "h"})
+        s.save_trial("r1", _t("t1"), None)
+        s.set_status("r1", "complete")
+    finally:
+        s.close()
+    name = url.split("/")[3].split("?")[0]
+    with psycopg.connect(url, autocommit=True) as conn:
+        where = "iolab" if conn.execute("SELECT to_regnamespace('iolab') IS NOT NULL").fetchone() == (True,) \
+            else "public"
+    with pg_server.admin() as conn:
+        conn.execute("DROP ROLE IF EXISTS only_reads")
+        conn.execute("CREATE ROLE only_reads LOGIN")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"GRANT USAGE ON SCHEMA {where} TO only_reads")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {where} TO only_reads")
+    reader = pg_server.url(name, "only_reads")
+    env = {**os.environ, "IOLAB_DATA": str(tmp_path)}
+    env.pop("IOLAB_DB", None)
+    for argv in (["runs", "--db", reader], ["report", "r1", "--format", "json", "--db", reader],
+                 ["history", "s", "--db", reader]):
+        r = subprocess.run([sys.executable, "-m", "iolab.cli", *argv], capture_output=True, text=True, env=env,
+                           timeout=60)
+        assert "Traceback" not in r.stderr, (argv, r.stderr)
+        assert r.returncode == 0, (argv, r.stderr)

@@ -48,9 +48,9 @@ def find(conn: psycopg.Connection, location: str) -> Layout:
     ours, legacy = bool(row and row[0]), bool(row and row[1])
     if ours:
         return _layout(conn, "iolab", location)
-    if legacy:
+    if legacy and _looks_like_iolab(conn):
         version = conn.execute("SELECT value FROM public.meta WHERE key=%s", (schema.VERSION_KEY,)).fetchone()
-        number = _int(version[0]) if version else None
+        number = _int(str(version[0])) if version else None
         if number is not None and number <= 2:  # the versions iolab ever kept in public
             return _layout(conn, "public", location)
         if number == TOMBSTONE_VERSION:
@@ -67,6 +67,16 @@ def _layout(conn: psycopg.Connection, where: Where, location: str) -> Layout:
     columns = conn.execute("SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s)"
                            " AND attnum > 0 AND NOT attisdropped", (f"{prefix}runs",)).fetchall()
     return Layout(where, schema.stored(values, location), frozenset(c[0] for c in columns))
+
+
+def _looks_like_iolab(conn: psycopg.Connection) -> bool:
+    """public.meta, runs and trials are iolab's (from before schemas), not another application's
+    tables of the same names: iolab's columns are there."""
+    found = conn.execute("SELECT count(*) FROM pg_attribute WHERE NOT attisdropped AND ("
+                         " (attrelid = 'public.meta'::regclass AND attname IN ('key', 'value')) OR"
+                         " (attrelid = 'public.runs'::regclass AND attname IN ('spec_json', 'environment_json')) OR"
+                         " (attrelid = 'public.trials'::regclass AND attname IN ('manifest_json', 'seq')))").fetchone()
+    return found == (6,)
 
 
 def _int(value: str) -> int | None:
