@@ -425,3 +425,14 @@ def test_spool_of_two_processes_on_one_machine_keeps_each_runs_order(tmp_path: P
         a.close()
         b.close()
     shutil.rmtree(tmp_path / "spool", ignore_errors=True)
+
+
+def test_one_spool_per_store_however_its_url_is_spelled(tmp_path: Path) -> None:
+    """Kept with the password in the URL, written later with it in PGPASSWORD: the same spool."""
+    from iolab.store.urls import shown
+
+    paths = {Spool(shown(u), tmp_path).path for u in ("postgresql://alice:s3cret@db.example.org/iolab",
+                                                       "postgres://alice@db.example.org/iolab",
+                                                       "postgresql://alice@db.example.org/iolab?password=x")}
+    assert len(paths) == 1, paths
+    assert Spool(shown("postgresql://bob@db.example.org/iolab"), tmp_path).path not in paths

@@ -149,7 +149,7 @@ def test_a_password_with_every_special_character_leaves_no_trace(pg_server: PgSe
     url_param = f"{base}&password={enc}"
     wrong = "Zz9Yy#Xx8Ww?Vv7Uu@Tt6Ss%Rr5Qq/Pp4Oo:Nn3Mm Ll2Kk"
     lab = make_lab(tmp_path / "lab")
-    lab.env.pop("IOLAB_DB", None)
+    lab.env["IOLAB_DB"] = url_param  # in every child's environment too (fio, helpers)
     lab.env.pop("PGPASSWORD", None)
     lab.env["IOLAB_DB_RETRY_S"] = "1"
     said: list[str] = []

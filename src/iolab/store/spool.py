@@ -4,7 +4,7 @@ network, a failover or a read-only server.
 Every write a run makes is one operation: the run created, its status, a run-level datum, a
 trial, a claim and its release. One the server cannot take now is appended (one JSON line,
 fsynced) to `$IOLAB_DATA/spool/<store>.jsonl`, one file per store location (its URL without
-the password, hashed), with the time it was made; every later write of any run into that store
+the password, hashed; `key_of`), with the time it was made; every later write of any run into that store
 goes behind it, so the store receives them in the order they were made. The next write that
 reaches the server, closing the store, opening it for writing again and `iolab push --spool`
 write them, oldest first, each replayed with its own time, so the store ends exactly as if the
@@ -41,6 +41,12 @@ Op = dict[str, Any]  # {"op": "run" | "status" | "extra" | "trial" | "claim" | "
 Writer = Callable[[Op], tuple[Outcome, str | None]]  # an outcome and, unless written, why
 
 
+def key_of(location: str) -> str:
+    """One spool per store, however its URL was spelled: with the password in it or given the
+    libpq ways (PGPASSWORD, .pgpass), postgres:// or postgresql://."""
+    return location.replace(":***@", "@").replace("postgres://", "postgresql://", 1)
+
+
 def trial_op(run_id: str, trial: TrialResult, raw: Any, at: float) -> Op:
     return {"op": "trial", "run_id": run_id, "at": at, "trial": dataclasses.asdict(trial), "raw": raw}
 
@@ -60,7 +66,7 @@ class Flushed:
 class Spool:
     def __init__(self, location: str, directory: Path | None = None):
         self.location = location
-        digest = hashlib.sha256(location.encode()).hexdigest()[:16]
+        digest = hashlib.sha256(key_of(location).encode()).hexdigest()[:16]
         self.path = (directory or paths.data_dir() / "spool") / f"{digest}.jsonl"
         self.rejected = self.path.with_suffix(".rejected.jsonl")  # kept for a person to look at
 
