@@ -193,8 +193,10 @@ class PostgresStore(Store):
                 return ("rejected" if exc.kind == "refused" else "later"), str(exc)
             return "written", None
         done = self.spool.flush(write)
-        if done.written and not done.left and self._keeping:
-            self.notify(f"results store {self.location} takes writes again: the {done.written} kept are written")
+        if done.written and not done.left:
+            self.notify(f"results store {self.location} takes writes again: the {done.written} kept are written"
+                        if self._keeping else
+                        f"{done.written} write(s) kept in the local spool earlier are written to {self.location}")
         if done.rejected:
             self.notify(f"{done.rejected} kept write(s) the store will never take are set aside in "
                         f"{self.spool.rejected} ({done.reason})")
