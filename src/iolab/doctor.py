@@ -66,22 +66,33 @@ INSTALL: dict[str, str] = {"db_bench": "rocksdb-tools", "java": "default-jdk-hea
 
 # ---------------------------------------------------------------------------- pure decisions
 
-def store_check(location: str, problem: str | None, version: int | None, latest: int, spooled: int) -> Check:
-    """The results store runs would write to: reachable and writable (`problem` otherwise), its
-    schema version against this iolab's, and trials still waiting in the local spool."""
+def store_check(location: str, problem: str | None, version: int | None, latest: int, spooled: int,
+                write_problem: str | None = None, rejected: int = 0) -> Check:
+    """The results store runs would write to: reachable and readable (`problem` otherwise) and
+    writable (`write_problem` otherwise: a reader's role, a read-only server), its schema version
+    against this iolab's, and writes still waiting in the local spool or set aside there."""
     if problem:
         return Check("store", "fail", problem if location in problem else f"{location}: {problem}")
+    state: State = "ok"
     if version is None:
-        state: State = "ok"
         detail = f"{location}: no store yet; created (schema v{latest}) by the first run"
     elif version < latest:
-        state, detail = "ok", f"{location}: schema v{version}, migrated to v{latest} on first use; writable"
+        detail = f"{location}: schema v{version}, migrated to v{latest} on first use; writable"
+    elif version > latest:
+        detail = f"{location}: schema v{version} (newer than this iolab's v{latest}, compatible); writable"
     else:
-        state, detail = "ok", f"{location}: schema v{version}, writable"
+        detail = f"{location}: schema v{version}, writable"
+    if write_problem:
+        state = "warn"
+        detail = detail.replace("; writable", "").replace(", writable", "") + \
+            f"; readable (runs, report, compare, history) but not writable here: {write_problem}"
     if spooled:
         state = "warn"
-        detail += (f"; {spooled} trial(s) wait in the local spool (the server was away): any iolab command"
-                   " that opens this store writes them")
+        detail += (f"; {spooled} write(s) wait in the local spool (the store could not take them): "
+                   f"`iolab push --spool --to URL` writes them, and so does the next run into it")
+    if rejected:
+        state = "warn"
+        detail += f"; {rejected} write(s) the store refused for good are set aside in the spool's .rejected.jsonl"
     return Check("store", state, detail)
 
 def root_check(euid: int) -> Check:
@@ -365,15 +376,23 @@ def fio_server_check(state: str, detail: str) -> Check:
 def _store(ref: str, what: str) -> Check:
     """Facts about the store at `ref` (reachable, writable, version), read without changing it."""
     location = stores.shown(ref)
+    write_problem = None
     try:
         cls = stores.backend_for(ref, what)
-        cls.check_target(ref, what)
-        version = cls.stored_version(ref, what)
-        schema.pending(version, location)  # a newer store: IolabError
+        stored = cls.stored_schema(ref, what)
+        schema.check_read(stored, location)  # a store too new to read: a fail
+        try:
+            cls.check_target(ref, what)
+        except IolabError as exc:
+            if stored.version is None:
+                raise
+            write_problem = str(exc).replace(f"{what} {location}: ", "").replace(f"{location} ", "")
     except IolabError as exc:
         return store_check(location, str(exc), None, schema.LATEST, 0)
-    spooled = Spool(location).count() if stores.scheme_of(ref) != "sqlite" else 0
-    return store_check(location, None, version, schema.LATEST, spooled)
+    spool = Spool(location)
+    remote = stores.scheme_of(ref) != "sqlite"
+    return store_check(location, None, stored.version, schema.LATEST, spool.count() if remote else 0, write_problem,
+                       spool.rejected_count() if remote else 0)
 
 
 def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:

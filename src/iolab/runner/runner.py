@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.trial import TrialCgroup
@@ -87,6 +88,9 @@ class Runner:
         self.run_id = ""
         self.reporter: Reporter = reporter_for(self.console)
         self.problems: list[dict[str, str]] = []  # teardown errors of this session (extra.problems)
+        if store is not None:  # what the store does on its own (results kept in its spool, written later);
+            reporter = self.reporter  # only the reporter: a study hook reaches the store, never the runner
+            store.notify = lambda text: reporter.message(f"[yellow]{escape(text)}[/yellow]")
 
     # -- planning ------------------------------------------------------------
     def instantiate(self) -> None:
