@@ -39,6 +39,7 @@ from iolab.core.model import Config
 from iolab.core.units import parse_duration
 from iolab.probes.registry import probe_classes
 from iolab.studies import fio_import
+from iolab.targets.offer import TargetOffer, refusal
 
 
 class StudySettings(BaseModel):
@@ -244,12 +245,14 @@ def _matrix(targets: list[tuple[str, dict]], workloads: list[tuple[str, dict]],
     if problems:
         return []
     on = {p.path: p.on_targets for p in w_plans if p}
+    offers = [_offer(t_path, t_params, problems) for _, t_params, _, t_path in t_cells]
     configs = []
-    for (t_name, t_params, t_axes, _), (w_name, w_params, w_axes, w_path) in itertools.product(t_cells, w_cells):
+    for ((t_name, t_params, t_axes, _), offer), (w_name, w_params, w_axes, w_path) in itertools.product(
+            zip(t_cells, offers, strict=True), w_cells):
         only = on[w_path]
         if only is not None and t_name not in only:
             continue
-        _check_pair(w_path, w_params, t_params, problems)
+        _check_pair(w_path, w_name, w_params, t_name, offer, problems)
         labels: dict[str, Any] = {}
         if len(targets) > 1:
             labels["target"] = t_name
@@ -321,15 +324,29 @@ def _cells(plan: _Plan | None) -> int:
     return math.prod(len(v) for v in plan.axes.values()) if plan else 0
 
 
-def _check_pair(path: str, workload: dict[str, Any], target: dict[str, Any], problems: list[tuple[str, str]]) -> None:
-    """A workload's check that needs its target (e.g. a job file's names inside a host directory)."""
-    check = getattr(registry.workload_class(workload["kind"]), "check_target", None)
-    if check is None:
-        return
+def _offer(path: str, target: dict[str, Any], problems: list[tuple[str, str]]) -> TargetOffer | None:
+    """What one target cell offers (targets/offer.py), computed before anything exists."""
+    cls = registry.target_class(target["kind"])
     try:
-        check(workload, target)
+        offer: TargetOffer = cls.offer(cls.Params(**target))
+        return offer
     except (ValueError, OSError) as exc:
-        problems.append((path, str(exc)))
+        problems.append((path, f"cannot tell what this target offers: {exc}"))
+        return None
+
+
+def _check_pair(path: str, w_name: str, workload: dict[str, Any], t_name: str, offer: TargetOffer | None,
+                problems: list[tuple[str, str]]) -> None:
+    """The workload's needs against the target's offer: refused here, naming both and why."""
+    if offer is None:
+        return
+    kind = workload["kind"]
+    why = refusal(registry.workload_class(kind).needs(workload), offer)
+    if why:
+        who = kind if w_name == kind else f"{w_name!r} ({kind})"
+        where = f"{t_name!r} ({offer.kind}: {offer.settings})" if t_name != offer.kind else \
+            f"{offer.kind} ({offer.settings})"
+        problems.append((path, f"workload {who} cannot run on target {where}: {why}"))
 
 
 def _expand(plan: _Plan | None, problems: list[tuple[str, str]]) -> list[tuple[str, dict, list[str], str]]:

@@ -29,7 +29,8 @@ from iolab.fleet.aggregate import aggregate, host_starts
 from iolab.fleet.client import run_clients
 from iolab.fleet.hosts import FleetHost, unique
 from iolab.fleet.metrics import host_metric
-from iolab.targets.base import FleetRun, Placement, Target, TargetParams
+from iolab.targets.base import FleetRun, Placement, Target, TargetOffer, TargetParams
+from iolab.targets.offer import Storage
 from iolab.workloads import fio_engine
 
 MAX_HOSTS = 256
@@ -55,6 +56,14 @@ class FleetTarget(Target):
         super().__init__(params, ledger)
         self.executor: HostExecutor | None = None
         self.facts: dict[str, checks.HostFacts] = {}
+
+    @classmethod
+    def offer(cls, params: TargetParams) -> TargetOffer:
+        """fio's own jobs on every host, each on that host's device or file; nothing written here."""
+        assert isinstance(params, FleetParams)
+        storage: set[Storage] = {"block_device" if h.device else "file" for h in params.hosts}
+        return TargetOffer(kind=cls.kind, settings=f"{len(params.hosts)} host(s)", where="fleet",
+                           storage=frozenset(storage), apps=frozenset({"fio"}))
 
     def describe(self) -> list[str]:
         lines = [f"fleet of {len(self.params.hosts)} host(s), driven by fio --client from here "

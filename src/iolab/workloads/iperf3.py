@@ -26,7 +26,7 @@ from iolab.core.exec import ExecRequest, ExecResult, Executor, HostExecutor, Run
 from iolab.core.metrics import Metric
 from iolab.core.net import free_port
 from iolab.core.units import parse_duration
-from iolab.targets.base import Placement
+from iolab.targets.base import Capability, Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 Direction = Literal["guest_to_host", "host_to_guest", "guest_to_guest"]
@@ -55,6 +55,15 @@ class Iperf3Workload(Workload):
         Metric("retransmits", "segments", "lower", "TCP retransmits the sender counted"),
     )
     params: Iperf3Params
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """A network path to the host; guest_to_guest also a second machine (on the host: loopback)."""
+        p = Iperf3Params(**workload)
+        caps: set[Capability] = {"network", "network_peer"} if p.direction == "guest_to_guest" else {"network"}
+        return Needs(apps=frozenset({"iperf3"}), capabilities=frozenset(caps),
+                     why={"capability:network": "its server runs on the host",
+                          "capability:network_peer": "guest_to_guest runs its server in a second guest"})
 
     def estimate_seconds(self) -> float:
         return self.params.time + self.params.omit + 5
