@@ -91,11 +91,11 @@ class Iperf3Workload(Workload):
                     "flags": ["loopback: client and server both on the host (the baseline, no VM)"]}
         net = placement.extras.get("net")
         if not net:
-            raise TrialFailed("iperf3 in a guest needs a network: set network = \"user\" on the qemu target")
+            raise TrialFailed("iperf3 in a guest needs a network path to the host; this guest has none")
         if p.direction == "guest_to_guest":
             peer = placement.extras.get("peer")
             if not peer:
-                raise TrialFailed("guest_to_guest needs a second guest: set net_peer = true on the qemu target")
+                raise TrialFailed("guest_to_guest needs a second guest on that network; this target has none")
             return {"server": "peer", "addr": net["host_addr"], "port": peer["forward_port"],
                     "peer": peer, "reverse": False, "flags": []}
         return {"server": "host", "addr": net["host_addr"], "reverse": p.direction == "host_to_guest",
