@@ -153,7 +153,7 @@ def refusal(needs: Needs, offer: TargetOffer) -> str | None:
     ("; " between them). A workload that cannot run where the target runs workloads is told
     only that: what it would need there is beside the point."""
     if offer.where not in needs.where:
-        return _line(needs, offer, "where", f"it runs only {_or(WHERE[w] for w in sorted(needs.where))}",
+        return _line(needs, offer, "where", f"it runs only {_or(WHERE[w] for w in WHERE if w in needs.where)}",
                      f"this target runs workloads {WHERE[offer.where]}")
     out: list[str] = []
     if needs.storage and not needs.storage & offer.storage:
