@@ -113,7 +113,8 @@ def test_a_study_runs_in_the_image_and_leaves_the_users_files_as_they_were(lab: 
         assert m["target"]["target"] == "fsimage" and m["target"]["image"] == str(image), m["target"]
         assert m["target"]["direct_io"] is True and m["target"]["filesystem"] == "ext4"
         # the workload's writes reached the image through its loop device (direct I/O: not the page cache)
-        assert t["probes"]["host_disk"]["write_bytes"] >= 8 << 20, t["probes"]["host_disk"]
+        wrote = t["metrics"]["write_bytes"]
+        assert wrote > 0 and t["probes"]["host_disk"]["write_bytes"] >= 0.95 * wrote, (wrote, t["probes"]["host_disk"])
     assert _left(lab, image) == []
     assert fingerprint(image) == before, "the user's files changed"
     assert fsck_clean(image)
