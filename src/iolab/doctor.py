@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.registry import describe
-from iolab.core import paths, sizing
+from iolab.core import paths, registry, sizing
 from iolab.core.errors import IolabError
 from iolab.core.sizing import Llc, Memory, mib
 from iolab.fleet import serve as fleet_serve
@@ -113,15 +113,6 @@ def compiler_check(cc: str | None, gcc: str | None) -> Check:
     if found:
         return Check("compiler", "ok", f"{found} builds iolab's native helpers")
     return Check("compiler", "missing", "no cc or gcc: install gcc (iolab builds its native helpers on demand)")
-
-
-def loop_check(loop_control: bool, losetup: str | None) -> Check:
-    if loop_control and losetup:
-        return Check("loop", "ok", "loop devices available (/dev/loop-control, losetup)")
-    if not loop_control:
-        return Check("loop", "fail", "no /dev/loop-control: load the loop module (modprobe loop); every scratch "
-                                     "target is a loop device")
-    return Check("loop", "missing", "install util-linux (losetup)")
 
 
 def accel_check(accel: str | None, reason: str, kvm_log: list[str]) -> Check:
@@ -368,6 +359,21 @@ def _cgroups() -> tuple[str, dict[str, str]]:
         return cgroup_mode(), {"detection": f"failed: {exc}"}
 
 
+def target_checks() -> list[Check]:
+    """What each registered target kind needs of this machine (Target.machine_checks), each
+    line once: a new target brings its own lines, doctor lists no target kind."""
+    found: dict[str, Check] = {}
+    for kind in registry.TARGETS:
+        try:
+            lines = registry.target_class(kind).machine_checks()
+        except Exception as exc:  # doctor reports, never crashes
+            found[kind] = Check(kind, "warn", f"could not check what the {kind} target needs: {exc}")
+            continue
+        for c in lines:
+            found.setdefault(c.name, Check(c.name, c.state, c.detail))
+    return list(found.values())
+
+
 def fio_server_check(state: str, detail: str) -> Check:
     """A fio server on this machine that other machines can reach runs any job it is sent."""
     return Check("fio-server", "warn" if state == "warn" else "ok", detail)
@@ -410,7 +416,7 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         cgroup_check(*_cgroups()),
         trial_cgroup_check(trial_cgroups.describe(), trial_cgroups.FLAVOUR_ENV),
         scheduler_check(_schedulers(), Path("/sys/module/bfq").exists()),
-        loop_check(Path("/dev/loop-control").exists(), shutil.which("losetup")),
+        *target_checks(),
         compiler_check(shutil.which("cc"), shutil.which("gcc")),
         governor_check(governors, driver),
         boost_check(boost, no_turbo),

@@ -136,8 +136,9 @@ class Runner:
                  f"order: {s.order}", "will create or touch:"]
         for t in self.targets.values():
             lines += [f"  - {line}" for line in t.describe()]
+            lines.append(f"  - {t.kind}: {t.offer(t.params).summary()}")
         # what a workload itself touches (a device a job file writes, the tenant's database)
-        lines += sorted({f"  - {line}" for w in self.workloads.values() for line in getattr(w, "touches", list)()})
+        lines += sorted({f"  - {line}" for w in self.workloads.values() for line in w.touches()})
         lines.append("configurations:")
         for c in self.spec.configs:
             label = ", ".join(f"{k}={v}" for k, v in c.labels.items()) or "(single)"

@@ -34,7 +34,8 @@ from iolab.fleet.aggregate import aggregate, host_starts
 from iolab.fleet.client import LOG_PREFIX, run_clients
 from iolab.fleet.hosts import FleetHost, unique
 from iolab.fleet.metrics import host_metric
-from iolab.targets.base import FleetRun, Placement, Target, TargetParams
+from iolab.targets.base import FleetRun, Placement, Target, TargetOffer, TargetParams
+from iolab.targets.offer import Storage
 from iolab.workloads import fio_engine
 
 MAX_HOSTS = 256
@@ -66,6 +67,14 @@ class FleetTarget(Target):
         self.skews: dict[str, skews.Skew] = {}
         self.absent: list[FleetHost] = []    # local hosts whose file iolab creates (and removes)
         self.made: list[Resource] = []
+
+    @classmethod
+    def offer(cls, params: TargetParams) -> TargetOffer:
+        """fio's own jobs on every host, each on that host's device or file; nothing written here."""
+        assert isinstance(params, FleetParams)
+        storage: set[Storage] = {"block_device" if h.device else "file" for h in params.hosts}
+        return TargetOffer(kind=cls.kind, settings=f"{len(params.hosts)} host(s)", where="fleet",
+                           storage=frozenset(storage), apps=frozenset({"fio"}))
 
     def describe(self) -> list[str]:
         hosts = self.params.hosts

@@ -14,9 +14,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from iolab.core.metrics import Metric
-from iolab.core.units import format_size
 from iolab.native import ycsb_build
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 from iolab.workloads import db_bench, ycsb_tenant
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.groups import tenant
@@ -83,20 +82,21 @@ class FioGroupsWorkload(Workload):
         return TENANT_APPS[self.params.tenant_app] if self.params.tenant != "off" else None
 
     @classmethod
-    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """The YCSB tenant needs a filesystem on the host with room for its database."""
-        if workload.get("tenant", "off") == "off" or workload.get("tenant_app", "db_bench") != "ycsb":
-            return
-        if target.get("kind") != "cgroups" or target.get("filesystem") != "ext4":
-            raise ValueError("the ycsb tenant needs the cgroups target with filesystem = \"ext4\" (its RocksDB "
-                             f"database lives there; this target: kind = {target.get('kind')!r}, "
-                             f"filesystem = {target.get('filesystem')!r})")
-        size, data = int(target.get("size", 1 << 30)), int(target.get("data_size", 512 << 20))
-        free = None if target.get("device") else size - data
-        need = 2 * ycsb_tenant.RECORDS * 1000  # RocksDB needs about twice the records' bytes
-        if free is not None and free < need:
-            raise ValueError(f"the ycsb tenant's {ycsb_tenant.RECORDS} records need about {format_size(need)} beside "
-                             f"the groups' data file; size - data_size leaves {format_size(max(free, 0))}")
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """Weighted groups on the target's device; a tenant application also a directory beside
+        the groups' file or device (the YCSB tenant with room for its records)."""
+        p = FioGroupsParams(**workload)
+        why = {"capability:weighted_groups": "each group of fio processes runs in a weighted cgroup of its own"}
+        if p.tenant == "off":
+            return Needs(storage=frozenset({"file", "block_device"}), apps=frozenset({"fio"}),
+                         capabilities=frozenset({"weighted_groups"}), why=why)
+        app = TENANT_APPS[p.tenant_app]
+        need = 2 * ycsb_tenant.RECORDS * 1000 if p.tenant_app == "ycsb" else 0  # RocksDB: about twice the records
+        return Needs(storage=frozenset({"directory"}), capacity=need, apps=frozenset({"fio", p.tenant_app}),
+                     capabilities=frozenset({"weighted_groups"}),
+                     why={**why, "storage": f"the tenant ({app.title}) keeps its database in a directory",
+                          "capacity": f"the {p.tenant_app} tenant's {ycsb_tenant.RECORDS} records beside the groups' "
+                                      "data file"})
 
     def touches(self) -> list[str]:
         """For --dry-run: the tenant application and what it writes."""
