@@ -29,11 +29,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from statistics import NormalDist
 
 import numpy as np
 
 TAIL = 0.01
 CHECK_FROM = 5
+EXACT_MAX = 40  # Kendall's S: exact distribution up to here, normal approximation beyond
 CHECKS = ("trend", "dependence", "two_modes")
 # What a tripped check means, for the report beside the number (see flags.CATALOGUE for trial flags).
 MEANING = {
@@ -54,7 +56,10 @@ def kendall_s(x: np.ndarray) -> np.ndarray:
 @lru_cache(maxsize=64)
 def trend_threshold(n: int, tail: float = TAIL) -> float:
     """Smallest |S| whose two-sided probability under exchangeability is <= tail (exact: S =
-    n(n-1)/2 - 2 * inversions, and the inversions of a random permutation are Mahonian)."""
+    n(n-1)/2 - 2 * inversions, and the inversions of a random permutation are Mahonian; beyond
+    EXACT_MAX values, S's normal approximation with variance n(n-1)(2n+5)/18)."""
+    if n > EXACT_MAX:
+        return math.ceil(NormalDist().inv_cdf(1 - tail / 2) * math.sqrt(n * (n - 1) * (2 * n + 5) / 18))
     counts = np.zeros(1, dtype=float)
     counts[0] = 1.0
     for k in range(2, n + 1):  # inversions of permutations of k from those of k - 1

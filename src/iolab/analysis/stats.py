@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from decimal import Decimal
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -155,8 +156,6 @@ def stored_resolution(values: Sequence[float]) -> float:
     form: 3.0 -> 0.05, 148.48 -> 0.005): what a value that repeated exactly is known to when its
     tool recorded no resolution. Only used for a sample without any spread, so that no interval
     claims a precision nobody measured."""
-    from decimal import Decimal
-
     exps = [Decimal(repr(float(v))).as_tuple().exponent for v in values if math.isfinite(v)]
     digits = [int(e) for e in exps if isinstance(e, int)]
     return 0.5 * 10.0 ** max(digits) if digits else 0.0
