@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ from scipy import special
 
 from iolab.analysis import calibration, checks
 from iolab.analysis.stats import (
+    RESOLUTION_METHOD,
     Estimate,
     finite,
     mover_ratio,
@@ -273,8 +274,11 @@ class RunEstimator:
                  ) -> Estimate:
         d = _domain(domain, None)
         e = sequential_ci(values, self.design, d, self.family)
-        # every value the same and no resolution recorded: known to its stored digits, not exactly
-        return with_resolution(e, rel if d.integer else _stored(e, values, rel), d)
+        if not rel > 0 and not d.integer and e.n >= 2 and e.lo == e.hi:
+            # every value the same and no resolution recorded: known to its stored digits, not exactly
+            err = stored_resolution([v for v in values if v is not None])
+            return replace(e, lo=max(e.lo - err, d.lo), hi=min(e.hi + err, d.hi), method=e.method + RESOLUTION_METHOD)
+        return with_resolution(e, rel, d)
 
     def of(self, what: Metric | Domain | str, values: Sequence[float | None], rel: float = 0.0,
            domain: Domain | None = None) -> Estimate:
@@ -315,7 +319,8 @@ class RunEstimator:
 
 
 def _stored(e: Estimate, values: Sequence[float | None], rel: float) -> float:
-    """`rel`, or for a side without spread and without a recorded resolution its stored digits'."""
+    """`rel`, or for a ratio's side without spread and without a recorded resolution its stored
+    digits' (relative; a side whose estimate is 0 already gives the ratio a bound of 0 or ∞)."""
     if rel > 0 or e.n < 2 or e.lo != e.hi or not e.mean:
         return rel
     return stored_resolution([v for v in values if v is not None]) / abs(e.mean)
