@@ -351,3 +351,26 @@ def test_the_docs_list_every_claim_with_its_rule() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "reproduce.md").read_text()
     for c in claims.CLAIMS:
         assert f"`{c.id}`" in text and c.rule in text, c.id
+
+
+def test_verdicts_are_a_function_of_stored_trials_alone() -> None:
+    """What a runner spending a budget calls between rounds: the children's trials, no report. The
+    findings the claims read are computed from them, and an undecided row names the configurations
+    whose further repetitions would likely decide it, and how many."""
+    grid = [512 << i for i in range(12)]
+    noisy = writemodes_doc(8, 65536, grid, WIDE)  # 8x on average, but 0.55x..1.45x a repetition
+    bare = {**noisy, "findings": {}}
+    with_report = {r["id"]: r for r in evaluate({"write-modes": noisy}, quick=False)}
+    from_trials = {r["id"]: r for r in evaluate({"write-modes": bare}, quick=False)}
+    assert from_trials["R2-block-size"]["verdict"] == with_report["R2-block-size"]["verdict"] == UNDECIDED
+    decide = from_trials["R2-block-size"]["decide"]
+    assert set(decide["configurations"]) == {"mode=o_sync bs=4 KiB", "mode=o_sync bs=512 B"}, decide
+    more = decide["more_repetitions"]
+    assert isinstance(more, int) and more >= 1, decide
+    # the projection is honest: that many more repetitions with the same spread decide it
+    rounds = -(-(3 + more) // 3)
+    r = one("write-modes", writemodes_doc(8, 65536, grid, WIDE * rounds), "R2-block-size")
+    assert r["verdict"] == HOLDS, (more, r)
+    # a claim that sits on its band's edge says that no number of repetitions will decide it
+    edge = one("write-modes", writemodes_doc(3, 65536, grid, WIDE), "R2-block-size")
+    assert edge["decide"]["more_repetitions"] is None and "unlikely to decide" in edge["reason"], edge

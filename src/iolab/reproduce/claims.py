@@ -46,6 +46,7 @@ from iolab.analysis.verdicts import (
     Decision,
     combine,
 )
+from iolab.studies import builtin
 from iolab.studies.cgroup_weights.analysis import BREAK_LOG2
 from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification.cost import gain_text, verdict_rows
@@ -635,9 +636,19 @@ CLAIMS: list[Claim] = [
 ]
 
 
+def with_findings(doc: Doc | None, study: str) -> Doc | None:
+    """`doc` with its study's findings, computed from its trials when it has none (a runner between
+    rounds holds trials, not a report): verdicts are a function of stored trials alone."""
+    if doc is None or doc.get("findings"):
+        return doc
+    return {**doc, "findings": builtin.get(study).analyze(doc)}
+
+
 def evaluate(children: dict[str, Doc], quick: bool) -> list[dict[str, Any]]:
     """One row per claim: the claim, this machine's value, the verdict and the reason, every testable
-    claim decided with the page's family of intervals (module docstring)."""
+    claim decided with the page's family of intervals (module docstring). `children`: each study's
+    results document (`iolab report RUN --format json`, or the store's trials between rounds)."""
+    children = {name: d for name, d in ((n, with_findings(c, n)) for n, c in children.items()) if d is not None}
     first = {c.id: _not_run(children.get(c.study), c.study) or _safe(c, children.get(c.study), Ctx(quick))
              for c in CLAIMS}
     family = max(sum(v.intervals for v in first.values() if v.verdict != UNTESTABLE), 1)
