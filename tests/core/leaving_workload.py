@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from iolab.core import owner
 from iolab.core.exec import ExecRequest
-from iolab.core.metrics import Metric
+from iolab.core.metrics import NONNEG, Metric
 from iolab.targets.base import Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -24,7 +24,7 @@ class LeavingWorkload(Workload):
     kind: ClassVar[str] = KIND
     Params: ClassVar[type[WorkloadParams]] = LeavingParams
     main_metric: ClassVar[str] = "value"
-    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1"),)
+    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1", domain=NONNEG),)
 
     def estimate_seconds(self) -> float:
         return 0.5
