@@ -46,7 +46,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
         child = f["studies"].get(study) or {}
         link = _link(child, base)
         table = Table("Published claims and this machine", ["claim", "this machine", "verdict", "why",
-                                                            "rule for 'holds'"],
+                                                            "rule"],
                       [[r["claim"], r["value"], Tag(r["verdict"], TONES[r["verdict"]]), r["reason"], r["rule"]]
                        for r in rows])
         blocks: list[Any] = [table]
