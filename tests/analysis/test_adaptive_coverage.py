@@ -160,3 +160,16 @@ def test_checks_trip_rarely_without_the_defect_and_see_it_when_there() -> None:
     for i in range(1, n):
         ar[:, i] = rho * ar[:, i - 1] + math.sqrt(1 - rho * rho) * iid[:, i]
     assert checks.tripped(ar, calibration.check_thresholds(n))["dependence"].mean() > 0.3
+
+
+def test_no_report_or_doc_promises_95_percent_unconditionally() -> None:
+    """The report said 'Every interval in this report is a 95 % interval', whatever the noise. Now the
+    95 % is stated with its condition (no check printed beside the number) wherever it is stated."""
+    from iolab.analysis.repetitions import INTRO
+
+    root = Path(__file__).resolve().parents[2]
+    texts = {p: p.read_text() for p in [*(root / "src" / "iolab").rglob("*.py"), *(root / "docs").rglob("*.md"),
+                                        root / "README.md"]}
+    promise = re.compile(r"every (interval|number)[^.]{0,80}\b(is|keeps its|holds) (a )?95", re.I)
+    assert not [str(p) for p, t in texts.items() if promise.search(t)]
+    assert "95 %" in INTRO and "not covered by that 95 %" in INTRO and "check" in INTRO
