@@ -77,15 +77,15 @@ def combine(verdicts: Iterable[str]) -> str:
 @dataclass(frozen=True)
 class Decision:
     """What would decide an undecided verdict: `more` further repetitions of each configuration
-    it reads (None: none within PROJECT_MAX; the estimate sits on the band's edge)."""
+    it reads (None: none within PROJECT_MAX: the estimate is too close to an edge for the spread)."""
 
     more: int | None
     configurations: tuple[str, ...] = ()
 
     def words(self) -> str:
         if self.more is None:
-            return (f"more repetitions are unlikely to decide it (not within {PROJECT_MAX}): the estimate lies on "
-                    "the band's edge")
+            return (f"more repetitions are unlikely to decide it within {PROJECT_MAX}: the estimate is too close to "
+                    "the band's edge for the spread measured")
         where = f" of {', '.join(self.configurations)}" if self.configurations else " of each configuration it reads"
         return f"about {self.more} more repetition(s){where} would likely decide it, if the spread stays as measured"
 
