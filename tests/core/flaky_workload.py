@@ -10,7 +10,7 @@ from pydantic import Field
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
-from iolab.core.metrics import Metric
+from iolab.core.metrics import NONNEG, Metric
 from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -28,7 +28,8 @@ class FlakyWorkload(Workload):
     kind: ClassVar[str] = KIND
     Params: ClassVar[type[WorkloadParams]] = FlakyParams
     main_metric: ClassVar[str] = "value"
-    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "the value the test asked for"),)
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("value", "units", "higher", "the value the test asked for", domain=NONNEG),)
     params: FlakyParams
 
     def __init__(self, params: WorkloadParams):

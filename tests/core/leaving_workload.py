@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from iolab.core import owner
 from iolab.core.exec import ExecRequest
-from iolab.core.metrics import Metric
+from iolab.core.metrics import NONNEG, Metric
 from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -24,7 +24,7 @@ class LeavingWorkload(Workload):
     kind: ClassVar[str] = KIND
     Params: ClassVar[type[WorkloadParams]] = LeavingParams
     main_metric: ClassVar[str] = "value"
-    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1"),)
+    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1", domain=NONNEG),)
 
     @classmethod
     def needs(cls, workload: dict[str, Any]) -> Needs:

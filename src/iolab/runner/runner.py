@@ -109,9 +109,8 @@ class Runner:
         return self.spec.settings.metric or self.workloads[c.id].main_metric
 
     def stop_rule(self, c: Config) -> plan.StopRule:
-        """The stopping rule for c: its main metric's declared aggregation decides the interval."""
-        decl = metrics.for_workload(c.workload).get(self.main_metric(c))
-        return plan.StopRule.of(self.spec.settings, decl.aggregate if decl else "mean")
+        """The stopping rule for c: its main metric's declaration (range) decides the interval."""
+        return plan.StopRule.of(self.spec.settings, metrics.for_workload(c.workload).get(self.main_metric(c)))
 
     def timeout_for(self, c: Config, time_factor: float = 1.0) -> float:
         """The spec's trial_timeout, else 3x the workload's estimate (stretched by the placement's
@@ -127,8 +126,8 @@ class Runner:
         n = len(self.spec.configs)
         lines = [f"study {s.name}: {n} configuration(s) x {s.repetitions}..{s.max_repetitions} repetitions "
                  f"= {n * s.repetitions}..{n * s.max_repetitions} trials",
-                 f"adaptive stop: 95% CI half-width of the main metric <= {s.ci_target:.0%} of its mean "
-                 f"(interval simultaneous over looks {s.repetitions}..{s.max_repetitions}, docs/statistics.md); "
+                 f"adaptive stop: 95% interval of the main metric within ±{s.ci_target:.0%} of its median and no "
+                 f"run-order check tripped (looks {s.repetitions}..{s.max_repetitions}, docs/statistics.md); "
                  f"failed attempts do not count, a configuration is abandoned after "
                  f"{plan.MAX_FAILURES_WITHOUT_SUCCESS} failures with no success or {s.max_repetitions} failures",
                  f"estimated time: {_fmt_s(self.estimate_seconds())} at {s.repetitions} repetitions "

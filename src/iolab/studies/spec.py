@@ -50,7 +50,8 @@ class StudySettings(BaseModel):
     description: str = ""
     repetitions: int = Field(3, ge=1, le=1000, description="repetitions per configuration, at least")
     max_repetitions: int = Field(10, ge=1, le=1000, description="cap for adaptive stopping")
-    ci_target: float = Field(0.05, gt=0, lt=1, description="stop when the 95% CI half-width / mean is below this")
+    ci_target: float = Field(0.05, gt=0, lt=1,
+                             description="stop when the 95% interval half-width / estimate is below this")
     metric: str | None = Field(None, description="the metric adaptive stopping watches")
     trial_timeout: float | None = Field(None, description="seconds; default 3x the estimate + 60 s")
     analysis: str = "generic"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from iolab.core.metrics import Metric
+from iolab.core.metrics import NONNEG, Metric
 from iolab.native import ycsb_build
 from iolab.targets.base import Needs, Placement
 from iolab.workloads import db_bench, ycsb_tenant
@@ -37,8 +37,9 @@ class FioGroupsWorkload(Workload):
         Metric("class_iops_{weight:int}", "IOPS", "neither", "mean IOPS of one group of a weight class"),
         Metric("ratio_{weight:int}", "ratio", "neither",
                "a weight class's IOPS over the lightest class's (the ideal is the weight ratio)"),
-        Metric("max_abs_log2_error", "log2", "lower", "worst group's |log2(share / entitled share)|"),
-        Metric("class_max_abs_log2_error", "log2", "lower", "worst weight class's |log2(share / entitled share)|"),
+        Metric("max_abs_log2_error", "log2", "lower", "worst group's |log2(share / entitled share)|", domain=NONNEG),
+        Metric("class_max_abs_log2_error", "log2", "lower", "worst weight class's |log2(share / entitled share)|",
+               domain=NONNEG),
         Metric("min_share", "fraction", "higher", "smallest group's share as a fraction of its entitlement"),
         Metric("jain", "index", "higher", "Jain's fairness index of weight-normalised throughput (1 = fair)"),
         Metric("min_group_ios", "I/Os", "neither", "I/Os of the group that completed fewest in the window"),
@@ -53,7 +54,7 @@ class FioGroupsWorkload(Workload):
         Metric("generator_cpu_busy_lifetime", "fraction", "neither",
                "fio's CPU over its whole life as a fraction of all CPUs"),
         Metric("kernel_vs_fio", "ratio", "neither", "I/Os the kernel counted / I/Os fio reported (should be 1)"),
-        Metric("kernel_vs_fio_worst_group", "fraction", "lower", "worst group's |kernel/fio - 1|"),
+        Metric("kernel_vs_fio_worst_group", "fraction", "lower", "worst group's |kernel/fio - 1|", domain=NONNEG),
         Metric("fio_iops_total", "IOPS", "higher", "sum of every group's IOPS as fio reports them"),
         Metric("{side:read|write}_bytes", "bytes", "neither", "bytes all groups moved in one direction (fio)"),
         Metric("iodepth_total", "requests", "neither", "iodepth x groups: requests the generators keep in flight"),

@@ -76,7 +76,7 @@ def _value_table(f: dict[str, Any]) -> Table:
     cols = ["host"] + [f"{p} ({UNITS.get(f['metric_of'][p], f['metric_of'][p])})" for p in f["patterns"]]
     rows = [[h] + [fmt_est((f["per_host"][p].get(h) or {}).get("estimate")) for p in f["patterns"]]
             for h in f["hosts"]]
-    return Table("Each host's own result (mean ± 95% interval)", cols, rows, notes=[Note(
+    return Table("Each host's own result (median and its 95% interval)", cols, rows, notes=[Note(
         "These intervals include what changed from trial to trial for every host at once; the ratios above do not.")])
 
 
