@@ -40,6 +40,7 @@ def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
     main_metric, zero_values, stop_reason, interval_method, clock_error}."""
     settings = settings_of(doc) or StudySettings(name="unknown")
     design = design_of(doc)
+    spent = bool(((doc.get("extra") or {}).get("budget") or {}).get("exhausted"))  # a time budget ran out
     out = []
     for cid, trials in by_config(doc).items():
         ok = [t for t in trials if t["status"] == "ok"]
@@ -61,11 +62,18 @@ def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
             "attempts": len(trials), "failed_of": failed_text(failed, len(trials)), "main_metric": main,
             "zero_values": zeros,
             "stop_reason": (f"skipped by the study's hook: {skipped.split(': ', 1)[-1]}" if skipped and not ok
-                            else rule.stop_reason(values, failed)),
+                            else _under_budget(rule.stop_reason(values, failed), spent)),
             "interval_method": method + (RESOLUTION_METHOD if clock > 0 else ""),
             "clock_error": clock, "checks": trips,
         })
     return out
+
+
+def _under_budget(reason: str, spent: bool) -> str:
+    """A configuration short of its minimum or cap because the run's time budget ran out says so."""
+    if spent and reason.startswith("short of"):
+        return reason.split(" (", 1)[0] + " (the time budget was spent)"
+    return reason
 
 
 def _num(v: Any) -> float:

@@ -11,6 +11,9 @@ package `studies/<name>/` with the same parts under the same names.
   analysis.py      analyze(doc) -> findings: pure, on the results document (docs/results.md), so every
                    finding can be recomputed from a stored run and tested without a machine
   presentation.py  present(doc, findings) -> (headline lines, report sections)
+  verdicts.py      only if the study reports verdicts: study_verdicts(doc) -> [ReportedVerdict], each
+                   undecided one with the configurations that would decide it: where a time budget
+                   (`--budget`) spends repetitions first (analysis/verdicts.py, runner/schedule.py)
 
 A part may use a module of its own inside the package (write-modes' crosscheck.py, part of
 its analysis); parts shared by several studies are in studies/common.py, or are another
@@ -40,9 +43,11 @@ ANALYSES: dict[str, str] = {"reproduce": "iolab.reproduce.page"}
 
 # The shape, as tests/studies/test_study_shape.py checks it on every package above.
 PARTS = ("spec", "analysis", "presentation")                  # every study has these modules
-OPTIONAL_PARTS = ("hook",)                                    # and may have these
+OPTIONAL_PARTS = ("hook", "verdicts")                        # and may have these
 EXPORTS = ("NAME", "SUMMARY", "build", "analyze", "present")  # what __init__ re-exports
 HOOK_EXPORT = "before_group"                                  # ... plus this, exactly with hook.py
+VERDICTS_EXPORT = "study_verdicts"                            # ... and this, exactly with verdicts.py
+OPTIONAL_EXPORTS = {"hook": HOOK_EXPORT, "verdicts": VERDICTS_EXPORT}
 
 
 def available() -> dict[str, ModuleType]:

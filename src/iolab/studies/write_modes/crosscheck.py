@@ -24,7 +24,7 @@ from typing import Any
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import harmonic_mean_ci
 from iolab.analysis.trials import relative_resolution
-from iolab.analysis.verdicts import HOLDS, PROJECT_MAX, UNDECIDED, Band, Decision
+from iolab.analysis.verdicts import HOLDS, PROJECT_MAX, UNDECIDED, Band, Decision, config_ids_of
 
 TOLERANCE = 0.25  # agreement band: helper/fio within [1/1.25, 1.25]
 SAME_RATE = 0.2   # commits (or flushes) per write closer than this (relative) count as the same
@@ -115,7 +115,8 @@ def crosscheck(trials: list[dict[str, Any]], helper_trials: list[dict[str, Any]]
         if row["verdict"] == UNDECIDED and h_vals and f_vals:
             more = next((k for k in range(1, max(PROJECT_MAX - min(len(h_vals), len(f_vals)), 0) + 1)
                          if BAND.decide(*_ends(family.projected_ratio(h_vals, f_vals, k))) != UNDECIDED), None)
-            decision = Decision(more, (f"helper {mode} bs={bs}", f"fio {mode} bs={bs}"))
+            decision = Decision(more, (f"helper {mode} bs={bs}", f"fio {mode} bs={bs}"),
+                                config_ids_of(h_trials + f_trials))
             row["decide"] = decision.as_dict()
             row["reason"] += "; " + decision.words()
         rows.append(row)
