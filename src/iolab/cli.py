@@ -229,7 +229,8 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
     # --budget the run's stored budget goes on (runner/schedule.py)
     seconds = min((b for b in (budget, None if resume else spec.settings.budget) if b), default=None)
     if dry_run:
-        plan_budget = Budget(seconds, None, hard=budget is not None) if seconds else None
+        intervals = spec.settings.budget_on == "verdicts+intervals"
+        plan_budget = Budget(seconds, None, hard=budget is not None, intervals=intervals) if seconds else None
         runner = Runner(spec, None, err, before_group=hook, budget=plan_budget)  # type: ignore[arg-type]
         runner.instantiate()  # a plan needs no store
         for line in runner.dry_run_lines():
@@ -238,7 +239,8 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
     store = _store(db)
     runner = Runner(spec, store, err, before_group=hook,
                     budget=Budget(seconds, verdict_source(store, verdicts) if verdicts else None,
-                                  hard=budget is not None, started=STARTED))
+                                  hard=budget is not None, started=STARTED,
+                                  intervals=spec.settings.budget_on == "verdicts+intervals"))
     runner.instantiate()
     run_id = runner.start(resume)
     err.print(f"run [bold]{run_id}[/bold] ({spec.name}), results in {escape(store.location)}")

@@ -83,7 +83,10 @@ def next_step(verdicts: Sequence[ReportedVerdict], n_ok: Mapping[str, int], room
             continue  # a configuration of another run, or the projection needs more than the cap allows
         per_round = sum(max(trial_s(c), 0.0) for c in ids)
         setup = max(setup_s(ids), 0.0)
-        affordable = more if per_round <= 0 else int(max(left - setup, 0.0) // per_round)
+        if per_round <= 0 or math.isinf(left):
+            affordable = more
+        else:
+            affordable = int(max(left - setup, 0.0) // per_round)
         rounds = min(more, affordable)
         if rounds < 1:
             continue

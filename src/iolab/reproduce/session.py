@@ -129,9 +129,10 @@ class Reproduction:
         """This study's budget: its share of what is left of the reproduction's (in proportion to
         its need among the studies still to run, never above its own quick budget), else its own."""
         verdicts = self._claims_source(name)
+        intervals = spec.settings.budget_on == "verdicts+intervals"
         if self.clock is None:
             own = spec.settings.budget
-            return Budget(own, verdicts, spend.CLAIMS_SOURCE, hard=False) if own else None
+            return Budget(own, verdicts, spend.CLAIMS_SOURCE, hard=False, intervals=intervals) if own else None
         need = {n: self._need(n) for n in self._pending()}
         share = max(self.clock.left(), 0.0) * need[name] / max(sum(need.values()), 1e-9)
         if spec.settings.budget:
@@ -142,7 +143,7 @@ class Reproduction:
         spent_before = before.get("spent_s") if isinstance(before, dict) else None
         # a resumed study's own accounting counts its earlier sessions: its total is those plus its share now
         total = share + (float(spent_before) if isinstance(spent_before, (int, float)) else 0.0)
-        return Budget(max(total, 1.0), verdicts, spend.CLAIMS_SOURCE, hard=True)
+        return Budget(max(total, 1.0), verdicts, spend.CLAIMS_SOURCE, hard=True, intervals=intervals)
 
     def _need(self, name: str) -> float:
         """What a study needs, to weigh its share: its quick budget, else its workloads' estimate."""

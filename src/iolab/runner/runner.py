@@ -491,7 +491,8 @@ def _resumed_schedule(given: Budget | None, stored: Any) -> Schedule | None:
     elif stored and isinstance(total, (int, float)) and total > 0:
         schedule = Schedule(Budget(float(total), given.verdicts if given else None,
                                    given.source if given else str(stored.get("source") or ""),
-                                   hard=bool(stored.get("hard", True)), started=given.started if given else None))
+                                   hard=bool(stored.get("hard", True)), started=given.started if given else None,
+                                   intervals=given.intervals if given else True))
     else:
         return None
     schedule.resume_from(stored, given=bool(given and given.seconds))

@@ -13,9 +13,10 @@ measured times say cannot finish within what is left:
    the most expected decisions per second first (analysis/budget.py `next_step`): up to `more`
    rounds of that verdict's configurations; a step is chosen anew after every round, and a
    target stays up while the best step lies on it.
-3. **interval**: the ordinary rule (a configuration whose interval is still wider than
-   ci_target, or whose run-order check trips), what is left shared equally among the target
-   groups that still want trials.
+3. **interval** (unless the study's `budget_on` is "verdicts", as the quick studies'): the
+   ordinary rule (a configuration whose interval is still wider than ci_target, or whose
+   run-order check trips), what is left shared equally among the target groups that still
+   want trials.
 
 It stops when nothing wants more or the budget is spent, and says which verdicts it decided
 and which it left open (progress output, `extra.budget`, the reports).
@@ -56,6 +57,7 @@ class Budget:
     source: str = spend.STUDY_SOURCE
     hard: bool = True
     started: float | None = None  # time.monotonic() when the command began (else: when the run starts)
+    intervals: bool = True  # after the open verdicts, also spend on intervals wider than ci_target
 
 
 class Runs(Protocol):
@@ -182,7 +184,8 @@ class Schedule:
             self.phase = "verdicts"
             self._spend_on_verdicts(runs)
             self.phase = "interval"
-            self._spend_on_intervals(runs)
+            if self.budget.intervals:
+                self._spend_on_intervals(runs)
             self.phase = "done"
         finally:
             self.finish(runs)
@@ -203,9 +206,11 @@ class Schedule:
                                   f"{spend.fmt_seconds(left)} left; {then}")
             runs.message(f"[yellow]{head}: {self.minimum_short}[/yellow]")
         else:
+            after = [f"{self.budget.source} still undecided"] if self.budget.verdicts is not None else []
+            after += ["intervals wider than the target"] if self.budget.intervals else []
             runs.message(f"{head}: the minimum ({sum(k for _, k in need)} trial(s)) is estimated at "
-                         f"{spend.fmt_seconds(est)}; then repetitions go to {self.budget.source} still undecided, "
-                         "then to intervals wider than the target")
+                         f"{spend.fmt_seconds(est)}"
+                         + (f"; then repetitions go to {', then to '.join(after)}" if after else "; nothing after it"))
 
     def _verdicts(self, runs: Runs) -> list[ReportedVerdict]:
         if self.budget.verdicts is None:

@@ -54,8 +54,12 @@ class StudySettings(BaseModel):
                              description="stop when the 95% interval half-width / estimate is below this")
     metric: str | None = Field(None, description="the metric adaptive stopping watches")
     trial_timeout: float | None = Field(None, description="seconds; default 3x the estimate + 60 s")
-    budget: float | None = Field(None, description="seconds of wall time for the whole run: the minimum first, then "
-                                                   "repetitions where a verdict is still open (docs/statistics.md)")
+    budget: float | None = Field(None, description="seconds of wall time for the whole run: the minimum first (always "
+                                                   "whole), then repetitions where a verdict is still open "
+                                                   "(docs/statistics.md)")
+    budget_on: Literal["verdicts", "verdicts+intervals"] = Field(
+        "verdicts+intervals", description="what a budget spends on after the minimum: open verdicts only, or then "
+                                          "also intervals wider than ci_target")
     analysis: str = "generic"
     order: Literal["interleaved", "sequential"] = "interleaved"
     probes: list[str] = Field(default_factory=list, description="extra, costly probes to run (e.g. qemu_syscalls)")
