@@ -8,6 +8,7 @@ command reference. Split into a package by command group when a group grows logi
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -228,14 +229,17 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
     # --budget, or the spec's own (a quick study's), whichever is tighter; on --resume without
     # --budget the run's stored budget goes on (runner/schedule.py)
     seconds = min((b for b in (budget, None if resume else spec.settings.budget) if b), default=None)
-    if dry_run:
+    if dry_run or (budget is not None and not resume):
         intervals = spec.settings.budget_on == "verdicts+intervals"
         plan_budget = Budget(seconds, None, hard=budget is not None, intervals=intervals) if seconds else None
         runner = Runner(spec, None, err, before_group=hook, budget=plan_budget)  # type: ignore[arg-type]
         runner.instantiate()  # a plan needs no store
-        for line in runner.dry_run_lines():
-            click.echo(line)
-        return
+        if budget is not None and not resume:
+            _check_budget_affords_minimum(budget, runner.estimate_seconds(), spec.settings.repetitions)
+        if dry_run:
+            for line in runner.dry_run_lines():
+                click.echo(line)
+            return
     store = _store(db)
     runner = Runner(spec, store, err, before_group=hook,
                     budget=Budget(seconds, verdict_source(store, verdicts) if verdicts else None,
@@ -256,6 +260,21 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
         raise IolabError(problem)
     if status == "failed":
         raise IolabError(f"run {run_id} failed: no trial succeeded (see `iolab report {run_id}`)")
+
+
+def _check_budget_affords_minimum(budget: float, minimum_s: float, repetitions: int) -> None:
+    """A --budget the minimum repetitions' estimate already exceeds is refused before anything is
+    created: a run that would stop half-way through its minimum answers nothing (every interval
+    needs the minimum), and the user is better served by a number to give than by a failed run.
+    The estimate is the workloads' own (set-ups and guest boots not counted): a budget that passes
+    here can still run out inside the minimum, which the run then says up front and in its report."""
+    from iolab.analysis.budget import fmt_seconds
+
+    if minimum_s > budget:
+        raise InputError(f"--budget {fmt_seconds(budget)} cannot afford the minimum: {repetitions} repetition(s) of "
+                         f"every configuration are estimated at {fmt_seconds(minimum_s)} (the workloads' own "
+                         f"estimates, set-ups not counted); give --budget {math.ceil(minimum_s * 1.25)}s or more, "
+                         "or fewer repetitions (study.repetitions)")
 
 
 def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
