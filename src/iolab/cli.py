@@ -231,11 +231,13 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
     seconds = min((b for b in (budget, None if resume else spec.settings.budget) if b), default=None)
     if dry_run or (budget is not None and not resume):
         intervals = spec.settings.budget_on == "verdicts+intervals"
-        plan_budget = Budget(seconds, None, hard=budget is not None, intervals=intervals) if seconds else None
+        plan_budget = (Budget(seconds, (lambda run_id: []) if verdicts else None, hard=budget is not None,
+                              intervals=intervals) if seconds else None)  # a plan has no verdicts yet, only whether
         runner = Runner(spec, None, err, before_group=hook, budget=plan_budget)  # type: ignore[arg-type]
         runner.instantiate()  # a plan needs no store
         if budget is not None and not resume:
-            _check_budget_affords_minimum(budget, runner.estimate_seconds(), spec.settings.repetitions)
+            _check_budget_affords_minimum(budget, runner.estimate_seconds(),
+                                          f"{spec.settings.repetitions} repetition(s) of every configuration are")
         if dry_run:
             for line in runner.dry_run_lines():
                 click.echo(line)
@@ -262,7 +264,7 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
         raise IolabError(f"run {run_id} failed: no trial succeeded (see `iolab report {run_id}`)")
 
 
-def _check_budget_affords_minimum(budget: float, minimum_s: float, repetitions: int) -> None:
+def _check_budget_affords_minimum(budget: float, minimum_s: float, minimum: str) -> None:
     """A --budget the minimum repetitions' estimate already exceeds is refused before anything is
     created: a run that would stop half-way through its minimum answers nothing (every interval
     needs the minimum), and the user is better served by a number to give than by a failed run.
@@ -271,10 +273,11 @@ def _check_budget_affords_minimum(budget: float, minimum_s: float, repetitions: 
     from iolab.analysis.budget import fmt_seconds
 
     if minimum_s > budget:
-        raise InputError(f"--budget {fmt_seconds(budget)} cannot afford the minimum: {repetitions} repetition(s) of "
-                         f"every configuration are estimated at {fmt_seconds(minimum_s)} (the workloads' own "
-                         f"estimates, set-ups not counted); give --budget {math.ceil(minimum_s * 1.25)}s or more, "
-                         "or fewer repetitions (study.repetitions)")
+        enough = minimum_s * 1.25
+        give = f"{math.ceil(enough)}s" if enough < 90 else f"{math.ceil(enough / 60)}m"
+        raise InputError(f"--budget {fmt_seconds(budget)} cannot afford the minimum: {minimum} estimated at "
+                         f"{fmt_seconds(minimum_s)} (the workloads' own estimates, set-ups not counted); give "
+                         f"--budget {give} or more, or fewer repetitions (study.repetitions)")
 
 
 def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
@@ -319,13 +322,20 @@ def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | Non
               db: str | None) -> None:
     """Run the five reference studies (R1-R5) and write one page: every published claim, this
     machine's value with its CI, holds / differs / not testable here, and why."""
+    from iolab.analysis.budget import fmt_seconds
     from iolab.report.document import write_html
-    from iolab.reproduce.session import Reproduction, plan_lines
+    from iolab.reproduce.session import Reproduction, minimum_seconds, plan_lines
 
     if output is not None:
         check_writable(output, "-o")
+    if budget is not None and not resume and (minimum := minimum_seconds(quick, err)) > budget:
+        # not refused, unlike a single run's: the studies it reaches are still answered
+        err.print(f"[yellow]--budget {fmt_seconds(budget)} cannot afford every study's minimum repetitions "
+                  f"(estimated {fmt_seconds(minimum)}, guest boots not counted): the studies get their minimum "
+                  "in turn while the budget lasts, and the page says which claims it left open"
+                  + ("" if quick else "; --quick needs less") + "[/yellow]")
     if dry_run:
-        for line in plan_lines(quick, err):
+        for line in plan_lines(quick, err, budget):
             click.echo(line)
         return
     store = _store(db)

@@ -45,16 +45,44 @@ def child_spec(name: str, quick: bool) -> tuple[StudySpec, Any]:
     return from_dict(mod.build(quick), f"builtin:{name}", {"quick": quick}), getattr(mod, "before_group", None)
 
 
-def plan_lines(quick: bool, console: Console) -> list[str]:
-    """--dry-run: what each study would run; nothing is created."""
+def plan_lines(quick: bool, console: Console, budget: float | None = None) -> list[str]:
+    """--dry-run: what each study would run (and, under a budget, how it is shared); nothing is created."""
     lines = [f"reproduce{' --quick' if quick else ''}: {len(RUN_ORDER)} studies, one results store, one page"]
+    if budget:
+        lines.append(f"budget: {spend.fmt_seconds(budget)} of wall time for the whole reproduction, shared among the "
+                     "studies in turn in proportion to what each needs; in each, the minimum first, then repetitions "
+                     "where a claim is still undecided; the page says which claims it decided and which it left open "
+                     f"(the studies' minimums are estimated at {spend.fmt_seconds(minimum_seconds(quick, console))}, "
+                     "guest boots not counted)")
+    for name, runner in _plan_runners(quick, console):
+        lines.append(f"== {name}")
+        lines += [f"   {line}" for line in runner.dry_run_lines()[:3]]
+    return lines
+
+
+def minimum_seconds(quick: bool, console: Console) -> float:
+    """The workloads' own estimate of every study's minimum repetitions (set-ups and guest boots
+    not counted): what a --budget must at least afford."""
+    total = 0.0
+    for name in RUN_ORDER:
+        spec, hook = child_spec(name, quick)
+        runner = Runner(spec, None, console, before_group=hook)  # type: ignore[arg-type]  # a plan needs no store
+        try:
+            runner.instantiate()
+        except IolabError:  # it cannot run here: its own run says so, and it costs next to nothing
+            continue
+        total += runner.estimate_seconds()
+    return total
+
+
+def _plan_runners(quick: bool, console: Console) -> list[tuple[str, Runner]]:
+    out = []
     for name in RUN_ORDER:
         spec, hook = child_spec(name, quick)
         runner = Runner(spec, None, console, before_group=hook)  # type: ignore[arg-type]  # a plan needs no store
         runner.instantiate()
-        lines.append(f"== {name}")
-        lines += [f"   {line}" for line in runner.dry_run_lines()[:3]]
-    return lines
+        out.append((name, runner))
+    return out
 
 
 class Reproduction:
@@ -127,14 +155,19 @@ class Reproduction:
 
     def _budget_for(self, name: str, spec: StudySpec, existing: str | None) -> Budget | None:
         """This study's budget: its share of what is left of the reproduction's (in proportion to
-        its need among the studies still to run, never above its own quick budget), else its own."""
+        its need among the studies still to run, at least its minimum while what is left affords it,
+        never above its own quick budget), else its own."""
         verdicts = self._claims_source(name)
         intervals = spec.settings.budget_on == "verdicts+intervals"
         if self.clock is None:
             own = spec.settings.budget
             return Budget(own, verdicts, spend.CLAIMS_SOURCE, hard=False, intervals=intervals) if own else None
         need = {n: self._need(n) for n in self._pending()}
-        share = max(self.clock.left(), 0.0) * need[name] / max(sum(need.values()), 1e-9)
+        left = max(self.clock.left(), 0.0)
+        # enough for every study's minimum: what is left shared in proportion to need; too little: the
+        # studies in turn get their whole minimum while it lasts (answered studies rather than every
+        # one cut inside its minimum, which answers nothing), the later ones' claims stay open
+        share = max(left * need[name] / max(sum(need.values()), 1e-9), min(need[name], left))
         if spec.settings.budget:
             share = min(share, spec.settings.budget)
         self.shares[name] = round(share, 1)

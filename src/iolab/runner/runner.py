@@ -32,6 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from iolab.analysis import budget as spend
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import metrics, registry
@@ -142,11 +143,13 @@ class Runner:
                  f"(up to {_fmt_s(self.estimate_seconds() * s.max_repetitions / s.repetitions)})",
                  f"order: {s.order}"]
         if self.budget is not None and self.budget.seconds:
-            lines.append(f"budget: {_fmt_s(self.budget.seconds)} of wall time: "
+            after = (["the configurations behind verdicts still undecided"] if self.budget.verdicts is not None
+                     else []) + (["intervals wider than ±ci_target"] if self.budget.intervals else [])
+            lines.append(f"budget: {spend.fmt_seconds(self.budget.seconds)} of wall time: "
                          + ("the minimum first (stopped too if the budget runs out)" if self.budget.hard else
                             "the minimum always runs whole")
-                         + ", then repetitions where a verdict is still undecided, then intervals; no round "
-                           "starts that the measured times say cannot finish")
+                         + (f", then repetitions go to {', then to '.join(after)}" if after else ", nothing after it")
+                         + "; no round starts that the measured times say cannot finish")
         lines.append("will create or touch:")
         for t in self.targets.values():
             lines += [f"  - {line}" for line in t.describe()]
