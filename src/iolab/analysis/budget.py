@@ -194,4 +194,4 @@ def section(budget: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Sec
         "went first to the configurations behind verdicts still undecided that more repetitions would likely "
         "decide (the cheapest decision per second first), then to intervals still wider than the study's target; "
         "no round was started that the measured trial times said could not finish within the budget "
-        "(docs/statistics.md, 'Spending a budget')."))
+        "(docs/statistics.md, 'Spending a time budget')."))

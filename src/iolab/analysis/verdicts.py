@@ -20,7 +20,7 @@ Pure: a verdict is a function of intervals, which are functions of stored trials
 runner can recompute every verdict between rounds (the `--budget` mode spends repetitions
 where `Decision.more` says they decide something). `ReportedVerdict` is that interface: one
 verdict a study (or a reproduction's page) reports, with the configurations (by id) that
-would decide it (runner/budget.py reads nothing else).
+would decide it (analysis/budget.py and runner/schedule.py read nothing else).
 """
 
 from __future__ import annotations
