@@ -91,6 +91,9 @@ def test_a_budgeted_run_ends_within_its_budget_and_spends_the_rest_on_the_open_i
 
     budget = report["findings"]["budget"]
     assert budget["exhausted"] is True and budget["seconds"] == BUDGET_S, budget
+    # the accounting names where the time after the minimum went: every extra trial to the intervals
+    assert [(s["on"], s["trials"]) for s in budget["steps"]] == [("intervals wider than ci_target", len(rows) - 6)], \
+        budget["steps"]
     assert budget["spent_s"] <= BUDGET_S + longest + 2, budget
     reasons = {r_["label"]: r_["stop_reason"] for r_ in report["findings"]["repetitions"]}
     assert any("the time budget was spent" in v for k, v in reasons.items() if "open" in k), reasons

@@ -107,7 +107,8 @@ def test_spending_goes_to_the_undecided_verdicts_cheapest_first_then_to_interval
         assert [sorted(order[i:i + 2]) for i in range(14, 22, 2)] == [["c", "d"]] * 4, order
         assert Counter(order[22:]) == {"a": 5, "b": 3, "c": 1, "d": 1}, order  # then intervals, to the cap of 8
         extra = store.resolve(run_id).extra["budget"]
-        assert [(s["on"], s["trials"]) for s in extra["steps"]] == [("V-cheap", 2), ("V-pair", 8)], extra["steps"]
+        assert [(s["on"], s["trials"]) for s in extra["steps"]] == [("V-cheap", 2), ("V-pair", 8),
+                                                                     (spend.INTERVALS_STEP, 10)], extra["steps"]
         status = {r["id"]: r["status"] for r in extra["verdicts"]}
         assert status == {"V-cheap": spend.DECIDED, "V-pair": spend.DECIDED, "V-never": spend.NO_MORE,
                           "V-done": spend.DECIDED}, status

@@ -35,6 +35,8 @@ from iolab.report.model import Note, Section, Table, Tag, Tone
 # Whose verdicts a budget spent on (runner/schedule.py Budget.source): a study's own, or a page's claims.
 STUDY_SOURCE = "the study's verdicts"
 CLAIMS_SOURCE = "the reproduction's claims"
+# The accounting's name for what the interval rule spent after the verdicts (runner/schedule.py).
+INTERVALS_STEP = "intervals wider than ci_target"
 # What the budget did with each verdict (account); the words every report uses.
 DECIDED = "decided within the budget"
 LEFT_OPEN = "left open by the budget"
@@ -189,9 +191,12 @@ def section(budget: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Sec
     if steps:
         blocks.append(Table("Where the budget went after the minimum", ["spent on", "trials", "seconds"],
                             [[s.get("on"), s.get("trials"), round(float(s.get("seconds") or 0.0))] for s in steps]))
+    after = ("then further rounds went first to the configurations behind verdicts still undecided that more "
+             "repetitions would likely decide (the cheapest decision per second first), then to intervals still wider "
+             "than the study's target" if rows else
+             "then further rounds went to the configurations whose interval was still wider than the study's target "
+             "(this run reports no verdicts to spend on)")
     return Section("Budget", blocks, intro=(
-        "This run had a time budget: every configuration first got its minimum repetitions, then further rounds "
-        "went first to the configurations behind verdicts still undecided that more repetitions would likely "
-        "decide (the cheapest decision per second first), then to intervals still wider than the study's target; "
-        "no round was started that the measured trial times said could not finish within the budget "
-        "(docs/statistics.md, 'Spending a time budget')."))
+        f"This run had a time budget: every configuration first got its minimum repetitions, {after}; no round was "
+        "started that the measured trial times said could not finish within the budget (docs/statistics.md, "
+        "'Spending a time budget')."))

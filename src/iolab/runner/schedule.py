@@ -126,7 +126,10 @@ class Schedule:
 
     def trial_ran(self, config_id: str, seconds: float) -> None:
         self.trial_times.setdefault(config_id, []).append(seconds)
-        if self.step is not None and self.steps and config_id in self.step.targets:
+        on_step = self.step is not None and config_id in self.step.targets
+        on_intervals = self.phase == "interval" and self.step is None and self.steps and \
+            self.steps[-1]["on"] == spend.INTERVALS_STEP
+        if self.steps and (on_step or on_intervals):
             self.steps[-1]["trials"] += 1
             self.steps[-1]["seconds"] = round(self.steps[-1]["seconds"] + seconds, 1)
 
@@ -288,10 +291,15 @@ class Schedule:
         return after
 
     def _spend_on_intervals(self, runs: Runs) -> None:
+        counted = False
         while not self.ran_out:
             wanting = [g for g in runs.groups() if any(runs.wants_more(c) for c in g.configs)]
             if not wanting:
                 return
+            if not counted:  # what the interval rule spent is a step of its own in the accounting
+                self.steps.append({"on": spend.INTERVALS_STEP, "text": "intervals still wider than the target",
+                                   "trials": 0, "seconds": 0.0})
+                counted = True
             ran = 0
             for i, g in enumerate(wanting):
                 share = max(self.clock.left(), 0.0) / (len(wanting) - i)
