@@ -11,6 +11,7 @@ reach its minimum (and stores a failed run) fails the last test.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -159,3 +160,42 @@ def test_a_reproduction_budget_below_every_studys_minimum_warns_before_it_starts
     assert "the page says which claims it left open" in err, err
     assert "budget: 60 s of wall time for the whole reproduction" in one_line(r.stdout), r.stdout
     assert not lab.db.exists()
+
+
+def test_a_resumed_budgeted_run_counts_what_its_first_session_spent(lab: Lab) -> None:
+    """Interrupted (Ctrl-C) some 20 s into a 40 s budget, `iolab run --resume` without --budget goes
+    on with the same budget and only what is left of it: the second session takes about 20 s, not
+    another 40 (a resume that forgot the first session's spending would); the accounting says two
+    sessions and a total within the budget."""
+    spec = lab.spec(SPEC)
+    t0 = time.monotonic()
+    proc = lab.popen("run", spec, "--budget", f"{BUDGET_S:.0f}s")
+    try:
+        lab.wait_until(lambda: time.monotonic() - t0 >= 20 and lab.fio_pids(), 60, "20 s and a running fio", proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    [(run_id, status)] = lab.run_rows()
+    assert status == "partial"
+    first = lab.report_json(run_id)["findings"]["budget"]
+    assert first["seconds"] == BUDGET_S and 10 <= first["spent_s"] <= 35, first
+    n_before = len(lab.trial_rows(run_id))
+
+    t1 = time.monotonic()
+    r = lab.iolab("run", "--resume", run_id, timeout=300)
+    second_wall = time.monotonic() - t1
+    assert r.returncode == 0, r.stderr
+    assert "left after earlier sessions" in one_line(r.stderr), r.stderr
+    left = BUDGET_S - first["spent_s"]
+    assert second_wall <= left + 15, (second_wall, left)  # a fresh 40 s would be well past this
+    assert len(lab.trial_rows(run_id)) > n_before, "the resumed session spent nothing of what was left"
+    budget = lab.report_json(run_id)["findings"]["budget"]
+    assert budget["sessions"] == 2 and budget["seconds"] == BUDGET_S, budget
+    trials = lab.report_json(run_id)["trials"]
+    longest = max(float(t["ended"]) - float(t["started"]) for t in trials)
+    assert budget["spent_s"] <= BUDGET_S + longest + 2, budget
+    lab.assert_nothing_left()
