@@ -114,17 +114,28 @@ def test_bad_budget_values_exit_2_naming_the_option_on_every_command(lab: Lab, t
     commands = [["run", str(spec)], ["study", "write-modes", "--quick"], ["reproduce", "--quick"]]
     argvs = [[*cmd, "--budget", value] for cmd in commands for value in BAD_BUDGETS]
     good = [[*cmd, "--budget", "2h", "--dry-run"] for cmd in commands]
+    # the same refusals for a spec's own budget, naming the file and key
+    bad_keys = {"budget = -5": "study.budget", "budget = 0": "study.budget", "budget = nan": "study.budget",
+                "budget = inf": "study.budget", 'budget = "abc"': "study.budget", "budget = 1e12": "study.budget",
+                "budget = true": "study.budget", 'budget_on = "everything"': "study.budget_on"}
+    specs = []
+    for i, line in enumerate(bad_keys):
+        specs.append(lab.spec(SPEC.replace('metric = "read_bytes"', f'metric = "read_bytes"\n{line}'), f"bad{i}.toml"))
+    spec_argvs = [["run", str(p), "--dry-run"] for p in specs]
     cases, results = tmp_path / "cases.json", tmp_path / "results.json"
-    cases.write_text(json.dumps([{"argv": a, "env": lab.env} for a in argvs + good]))
+    cases.write_text(json.dumps([{"argv": a, "env": lab.env} for a in argvs + good + spec_argvs]))
     subprocess.run([sys.executable, "-m", "tests.core.cli_driver", str(cases), str(results)], cwd=REPO,
                    check=True, timeout=600)
     out = json.loads(results.read_text())
     for argv, res in zip(argvs, out, strict=False):
         assert res["exit"] == 2 and not res["traceback"], (argv, res)
         assert "Invalid value for '--budget'" in res["stderr"], (argv, res["stderr"])
-    for argv, res in zip(good, out[len(argvs):], strict=True):
+    for argv, res in zip(good, out[len(argvs):len(argvs) + len(good)], strict=True):
         assert res["exit"] == 0 and not res["traceback"], (argv, res)
         assert "budget: 2.0 h of wall time" in one_line(res["stdout"]), (argv, res["stdout"])
+    for (p, key), res in zip(zip(specs, bad_keys.values(), strict=True), out[len(argvs) + len(good):], strict=True):
+        assert res["exit"] == 2 and not res["traceback"], (p, res)
+        assert f"{p.name}: {key}:" in res["stderr"], (p.read_text(), res["stderr"])
     assert not lab.db.exists() and lab.run_rows() == []
     lab.assert_nothing_left()
 
