@@ -110,3 +110,14 @@ def test_trial_times_and_room_come_from_the_stored_trials() -> None:
     ]}
     assert spend.trial_times(doc) == {"c1": 3.0, "c2": 0.5}  # the median of every attempt: failures cost time
     assert spend.repetitions_left(doc, 5) == ({"c1": 2, "c2": 1}, {"c1": 3, "c2": 4})
+
+
+def test_a_reproductions_budget_gives_each_study_its_minimum_in_turn_when_it_cannot_afford_all() -> None:
+    """Plenty: shared in proportion to need. Too little for every minimum: the study next in turn
+    gets its whole minimum while the budget lasts (a proportional cut would leave every study short
+    of its minimum, answering nothing), and the last one what remains."""
+    need = {"a": 100.0, "b": 300.0}
+    assert spend.study_share(800.0, need, "a") == 200.0 and spend.study_share(800.0, need, "b") == 600.0
+    assert spend.study_share(250.0, need, "a") == 100.0  # proportional would be 62.5, short of a's minimum
+    assert spend.study_share(150.0, {"b": 300.0}, "b") == 150.0  # what is left, the rest of b stays open
+    assert spend.study_share(-5.0, need, "a") == 0.0

@@ -136,6 +136,16 @@ def account(verdicts: Sequence[ReportedVerdict], room: Mapping[str, int], trial_
     return out
 
 
+def study_share(left: float, need: Mapping[str, float], name: str) -> float:
+    """A reproduction's budget for study `name`, the next of the studies still to run (`need`: what
+    each needs, its minimum's estimate). Enough for every minimum: what is left shared in proportion
+    to need. Too little: each study in turn gets its whole minimum while what is left affords it,
+    so the studies reached are answered instead of every one being cut inside its minimum (which
+    answers nothing); the later studies' claims are left open."""
+    left = max(left, 0.0)
+    return max(left * need[name] / max(sum(need.values()), 1e-9), min(need[name], left))
+
+
 def trial_times(doc: Mapping[str, Any]) -> dict[str, float]:
     """Median wall seconds of one trial per configuration id, from the stored trials (started,
     ended), every attempt counted: a failing attempt costs time too."""

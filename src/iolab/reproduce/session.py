@@ -163,11 +163,7 @@ class Reproduction:
             own = spec.settings.budget
             return Budget(own, verdicts, spend.CLAIMS_SOURCE, hard=False, intervals=intervals) if own else None
         need = {n: self._need(n) for n in self._pending()}
-        left = max(self.clock.left(), 0.0)
-        # enough for every study's minimum: what is left shared in proportion to need; too little: the
-        # studies in turn get their whole minimum while it lasts (answered studies rather than every
-        # one cut inside its minimum, which answers nothing), the later ones' claims stay open
-        share = max(left * need[name] / max(sum(need.values()), 1e-9), min(need[name], left))
+        share = spend.study_share(self.clock.left(), need, name)
         if spec.settings.budget:
             share = min(share, spec.settings.budget)
         self.shares[name] = round(share, 1)
