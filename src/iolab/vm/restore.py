@@ -284,10 +284,12 @@ def start_guest(spec: VmSpec, run_dir: Path, ledger: Ledger, *, boot: Boot = "au
         attached: list[dict[str, Any]] = []
         try:
             vm = _restore(spec, state, files, ledger, timeout, attached)
+            saved_states.record_outcome(state.key, None)
             return GuestStart(vm, True, None, state, made, attached)
         except (VmError, OSError) as exc:
             saved_states.discard(state.key)  # made again by the next guest of this shape
             why = f"restoring saved state {state.key[:10]} failed (state removed): {_summary(exc)}"
+            saved_states.record_outcome(state.key, why)
     if boot == "restore":
         raise CapabilityMissing(f'boot = "restore", but the guest cannot be restored: {why}')
     vm = QemuVM(spec, files, ledger)

@@ -8,6 +8,7 @@ Layout under `cache_dir()/vmstate/`:
     <key>.lock          flock'ed while <key> is being made (a tiny file, never removed)
     <key>.unsupported   why this shape cannot be saved (an agent too old, ...): later runs boot
                         at once instead of booting and failing again
+    last-restore.json   whether the last restore worked (and why not), for `iolab doctor`
     .tmp-<key>-<pid>-…  a state being written; renamed to <key> only when complete
     .trash-<key>-…      a state being removed (renamed away first)
 
@@ -55,6 +56,7 @@ from iolab.core.units import format_size, parse_size
 
 STATE_FILE = "state"
 META_FILE = "meta.json"
+OUTCOME_FILE = "last-restore.json"  # how the last restore on this machine went, for `iolab doctor`
 MAX_ENV = "IOLAB_VM_STATES_MAX"
 DEFAULT_MAX_BYTES = 3 << 30
 FORMAT = "iolab-vmstate 1"  # bump when what a state holds changes in a way the key does not show
@@ -326,3 +328,40 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def record_outcome(key: str, error: str | None) -> None:
+    """Remember how the last restore went (None: it worked), for `iolab doctor`. Best effort."""
+    root = states_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".tmp-outcome-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.write_text(json.dumps({"key": key, "ok": error is None, "error": error, "at": time.time()}))
+        os.replace(tmp, root / OUTCOME_FILE)
+    except OSError:
+        pass
+
+
+def status() -> dict[str, Any]:
+    """Facts for `iolab doctor`: the states kept, their bytes, the bound (or why it is invalid),
+    the last restore's outcome, the free space where states are written."""
+    out: dict[str, Any] = {"directory": str(states_dir())}
+    kept = states()
+    out["count"], out["bytes"] = len(kept), sum(s.size for s in kept)
+    try:
+        out["bound"] = max_bytes()
+    except InputError as exc:
+        out["bound_problem"] = str(exc)
+    try:
+        out["last"] = json.loads((states_dir() / OUTCOME_FILE).read_text())
+    except (OSError, ValueError):
+        out["last"] = None
+    probe = states_dir() if states_dir().exists() else paths.cache_dir()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+        out["free"] = st.f_bavail * st.f_frsize
+    except OSError:
+        out["free"] = None
+    return out
