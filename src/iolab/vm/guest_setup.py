@@ -17,6 +17,7 @@ from iolab.vm.errors import VmError
 
 GUEST_MOUNT = "/mnt/iolab"
 DEVICE_WAIT_S = 30.0
+DEVICE_POLL_S = 0.03  # a restored guest's disk arrives within a few tenths of a second: poll finely
 MKFS_TIMEOUT_S = 300.0
 NET_TIMEOUT_S = 60.0
 
@@ -33,9 +34,11 @@ def wait_for_disk(executor: Executor, bus: str, size: int, diagnose: Callable[[]
     name each bus gives a sole disk (disk.GUEST_DEVICE) is taken only if no serial shows after
     2 s (a guest kernel without those attributes). A hot-plugged disk not seen after 5 s gets
     a PCI and SCSI rescan, in case the hot-plug event was lost."""
+    # elapsed time from /proc/uptime in centiseconds (read, no fork): iterations slow down under load
     script = (
-        'want=$1; dev=$2; n=$3; rescan=$4; i=0\n'
-        'while [ $i -lt "$n" ]; do\n'
+        'want=$1; dev=$2; limit=$3; rescan=$4; pause=$5; by_name=$6; rescan_at=$7; rescanned=0\n'
+        'read u _ < /proc/uptime; t0=${u%.*}${u#*.}; t=0\n'
+        'while [ $t -lt "$limit" ]; do\n'
         '  for b in /sys/block/*; do\n'
         '    for f in "$b/serial" "$b/device/serial" "$b/device/vpd_pg80"; do\n'
         '      [ -r "$f" ] || continue\n'
@@ -43,19 +46,20 @@ def wait_for_disk(executor: Executor, bus: str, size: int, diagnose: Callable[[]
         '      case "$s" in *"$want") echo "${b##*/}"; cat "$b/size"; exit 0;; esac\n'
         '    done\n'
         '  done\n'
-        '  if [ $i -ge 20 ] && [ -e "/sys/block/$dev/size" ]; then\n'
+        '  if [ $t -ge "$by_name" ] && [ -e "/sys/block/$dev/size" ]; then\n'
         '    echo "$dev"; cat "/sys/block/$dev/size"; exit 0\n'
         '  fi\n'
-        '  if [ "$rescan" = 1 ] && [ $i -eq 50 ]; then\n'
-        '    echo 1 > /sys/bus/pci/rescan 2>/dev/null\n'
+        '  if [ "$rescan" = 1 ] && [ $rescanned = 0 ] && [ $t -ge "$rescan_at" ]; then\n'
+        '    rescanned=1; echo 1 > /sys/bus/pci/rescan 2>/dev/null\n'
         '    for h in /sys/class/scsi_host/host*/scan; do [ -e "$h" ] && echo "- - -" > "$h"; done\n'
         '  fi\n'
-        '  sleep 0.1; i=$((i+1))\n'
+        '  sleep "$pause"; read u _ < /proc/uptime; t=$(( ${u%.*}${u#*.} - t0 ))\n'
         'done\n'
         'exit 1\n')
-    res = executor.run(ExecRequest(["sh", "-c", script, "sh", DISK_SERIAL, GUEST_DEVICE[bus],
-                                    str(int(DEVICE_WAIT_S * 10)), "1" if hotplugged else "0"],
-                                   timeout_s=DEVICE_WAIT_S + 10))
+    cs = lambda seconds: str(int(seconds * 100))  # noqa: E731
+    res = executor.run(ExecRequest(["sh", "-c", script, "sh", DISK_SERIAL, GUEST_DEVICE[bus], cs(DEVICE_WAIT_S),
+                                    "1" if hotplugged else "0", str(DEVICE_POLL_S), cs(2.0), cs(5.0)],
+                                   timeout_s=DEVICE_WAIT_S + 30))
     if res.returncode != 0:
         listing = executor.run(ExecRequest(["ls", "/sys/block"], timeout_s=10)).stdout.split()
         raise VmError(f"the test disk (serial {DISK_SERIAL}, bus={bus}) did not appear in the guest"
