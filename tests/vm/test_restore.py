@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from iolab.analysis.stats import holm, welch_log
 from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger, clean_orphans
+from iolab.probes.qmp_blockstats import disk_stats
 from iolab.targets.base import Placement
 from iolab.targets.qemu_guest import QemuGuestParams, QemuGuestTarget
 from iolab.vm import saved_states
@@ -70,10 +71,13 @@ def _disk_view(pl: Placement) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines())
 
 
+def _is_test_disk(qdev: str) -> bool:
+    return qdev == "testdisk" or qdev.startswith("/machine/peripheral/testdisk")
+
+
 def _qmp_disk(pl: Placement) -> dict[str, Any]:
     """QEMU's view of the disk (query-block), per-run names left out."""
-    blocks = [b for b in pl.extras["qmp"].cmd("query-block") if "/testdisk" in b.get("qdev", "")
-              or b.get("device") == "testdisk"]
+    blocks = [b for b in pl.extras["qmp"].cmd("query-block") if _is_test_disk(b.get("qdev", ""))]
     assert len(blocks) == 1, blocks
     ins = dict(blocks[0]["inserted"])
     for k in ("file", "node-name", "image", "backing_file_depth"):
@@ -177,8 +181,7 @@ def test_every_hotpluggable_bus_is_restored_with_its_disk(private: Path, keys: d
         assert "restored from saved state" in pl.manifest["notes"][0]
         path = f"{pl.directory}/f" if pl.directory else pl.path
         _run(pl, f"fio --name=w --filename={path} --rw=write --bs=64k --size=4M --direct=1 --end_fsync=1", 120)
-        stats = [s for s in pl.extras["qmp"].cmd("query-blockstats") if "/testdisk" in s.get("qdev", "")]
-        assert stats and stats[0]["stats"]["wr_operations"] > 0
+        assert disk_stats(pl.extras["qmp"].cmd("query-blockstats"))["wr_operations"] > 0  # the probe's view
         if keys.get("encrypt") == "luks":  # the key went through QMP, never into the manifest
             assert "the key, not recorded" in json.dumps(boot["disk_attached"])
             assert _qmp_disk(pl)["encrypted"] is True
@@ -218,14 +221,15 @@ def test_a_restored_guest_has_the_right_clock_and_its_own_random_stream(private:
         first.setup()  # makes the state
     finally:
         first.teardown()
-    time.sleep(4)  # the saved guest's clock is now 4 s behind
+    time.sleep(6)  # the saved guest's clock is now 6 s behind
     guests = [_target(ledger, boot="restore") for _ in range(2)]
     try:
         pls = [g.setup() for g in guests]
         for pl in pls:
-            assert pl.manifest["boot"]["clock_step_s"] > 3.5
-            guest_now = float(_run(pl, "date +%s.%N"))
-            assert abs(guest_now - time.time()) < 1.0, "the restored guest's wall clock is off"
+            assert pl.manifest["boot"]["clock_step_s"] > 5.5
+            before = time.time()
+            guest_now = int(_run(pl, "date +%s"))  # busybox date: whole seconds
+            assert before - 1.0 <= guest_now <= time.time() + 1.0, "the restored guest's wall clock is off"
         uuids = [_run(pl, "cat /proc/sys/kernel/random/uuid; head -c 16 /dev/urandom | od -An -tx1") for pl in pls]
         assert uuids[0] != uuids[1], "two guests restored from one state share their random stream"
     finally:

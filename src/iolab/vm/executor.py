@@ -122,7 +122,8 @@ class AgentChannel:
             raise P.ChannelClosed(f"the guest agent refused to set the clock: {frame.text('z')}")
         if frame.number("r", -1) != 0:
             raise P.ChannelClosed(f"clock_settime in the guest failed (errno {-frame.number('r', -1)})")
-        return ClockStep((host_ns - frame.number("b")) / 1e9, rtt, frame.number("s", -1) == 0)
+        reseeded = frame.first("s") is not None and frame.number("s") == 0
+        return ClockStep((host_ns - frame.number("b")) / 1e9, rtt, reseeded)
 
     def _read_loop(self) -> None:
         assert self._fs is not None

@@ -15,7 +15,7 @@
  *              x=timed out, k=killed, n=collected name then d=its content, z=agent error.
  * Clock fields: t=host CLOCK_REALTIME ns, r=random bytes to mix into the guest's pool; answered
  *              by 'D' with b=guest CLOCK_REALTIME ns before the step, r=0 or -errno of
- *              clock_settime, s=0 or -errno of the reseed.
+ *              clock_settime, s=0 or -errno of the reseed (only when bytes were sent).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -410,7 +410,7 @@ static void set_clock(uint32_t id, const unsigned char *p, size_t len) {
     struct buf out = {0};
     field_num(&out, 'b', (long long)before.tv_sec * 1000000000LL + before.tv_nsec);
     field_num(&out, 'r', rc);
-    field_num(&out, 's', seeded);
+    if (rnd && nrnd) field_num(&out, 's', seeded);
     send_frame('D', id, &out);
     free(out.p);
 }
