@@ -9,6 +9,7 @@ than hanging the trial.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import threading
 import time
@@ -53,7 +54,9 @@ class AgentChannel:
         self._fs: P.FrameSocket | None = None
         self._answers: dict[int, P.Frame] = {}
         self._cond = threading.Condition()
-        self._next_id = 1
+        # ids start at a random point: a guest restored from a saved state may still hold
+        # leftovers of the saved guest's requests (ids counted from 1 there), never ours
+        self._next_id = 1 + secrets.randbelow(1 << 30)
         self._reader: threading.Thread | None = None
 
     def connect(self, timeout_s: float = 10.0) -> None:
