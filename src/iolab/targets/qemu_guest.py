@@ -184,7 +184,7 @@ class QemuGuestTarget(Target):
               if p.boot != "cold" and p.bus in HOTPLUG_BUSES else []),
             *([f"makes ext4 on the guest disk and mounts it at {GUEST_MOUNT}"] if p.guest_fs == "ext4" else []),
             *(["encrypts the image with LUKS; the key is random, kept in memory and handed to QEMU "
-               "through an inherited pipe"] if p.encrypt != "none" else []),
+               "through an inherited pipe (a restored guest: over its QMP socket)"] if p.encrypt != "none" else []),
             *(["gives the guest a virtio-net NIC on user-mode networking (host loopback at 10.0.2.2)"]
               if p.network == "user" else []),
             *(["boots a second, diskless guest as network peer"] if p.net_peer else []),
@@ -330,8 +330,10 @@ class QemuGuestTarget(Target):
             "boot": self.started.manifest() if self.started else None,
             "memory_bytes": p.memory, "vcpus": p.vcpus, "prefilled": p.prefill, "flags": flags,
             "profile": p.profile, "network": p.network, "net_peer": p.net_peer,
-            "encryption": ({"format": "luks", "key": "random per run, in memory only, passed through an "
-                            f"inherited pipe (-object secret id={SECRET_ID})", "iter_time_ms": LUKS_ITER_TIME_MS}
+            "encryption": ({"format": "luks", "key": "random per run, in memory only, passed " + (
+                               f"over QMP (object-add secret id={SECRET_ID})" if self.vm.restored else
+                               f"through an inherited pipe (-object secret id={SECRET_ID})"),
+                            "iter_time_ms": LUKS_ITER_TIME_MS}
                            if p.encrypt != "none" else None),
         }
 
