@@ -20,6 +20,7 @@ from iolab.core.resources import Ledger, clean_orphans
 from iolab.vm import restore, saved_states
 from iolab.vm.cmdline import NetSpec, VmSpec
 from iolab.vm.disk import DiskSpec
+from iolab.vm.errors import VmError
 
 MiB = 1 << 20
 
@@ -246,3 +247,24 @@ def test_doctor_says_whether_restore_works(cache: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv(saved_states.MAX_ENV, "-3")
     bad = restore_check(saved_states.status(), now)
     assert bad.state == "fail" and saved_states.MAX_ENV in bad.detail
+
+
+def test_the_base_guest_is_the_shape_without_its_disk(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, net=NetSpec(((1234, 5201),)), module_groups=("nvme", "ext4", "net"))
+    base = restore.base_spec(spec)
+    assert base.disk is None and base.image is None and base.secret is None
+    assert base.module_groups == (*restore.BASE_GROUPS, "net") and base.net == NetSpec()
+    assert restore.restored_spec(spec).net == spec.net and restore.restored_spec(spec).tag == spec.tag
+    peer = _spec(tmp_path, disk=None, module_groups=("net",), net=NetSpec(((99, 5201),)))
+    assert restore.base_spec(peer).module_groups == ("net",)
+    assert restore.restore_problem(_spec(tmp_path, disk=DiskSpec(size=MiB, bus="ahci")), "auto") is not None
+    assert restore.restore_problem(spec, "cold") is not None and restore.restore_problem(spec, "auto") is None
+
+
+def test_a_failed_restore_is_summed_up_with_qemus_own_words() -> None:
+    exc = VmError("guest iolab-x did not come up: QEMU exited before its QMP socket answered\n"
+                  "QEMU exited with status 1\nQEMU stderr:\nqemu-system-x86_64: Unknown savevm section type 0\n"
+                  "qemu-system-x86_64: load of migration failed: Invalid argument\n"
+                  "guest console tail:\n(empty)")
+    text = restore._summary(exc)
+    assert text.startswith("guest iolab-x did not come up") and "load of migration failed: Invalid argument" in text
