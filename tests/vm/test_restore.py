@@ -318,3 +318,43 @@ def test_two_runs_at_once_save_one_state_and_both_restore_from_it(private: Path)
     assert lines[0][1] == lines[1][1]
     assert sorted(ln[2] for ln in lines) == ["False", "True"], "both runs saved the state"
     assert len(saved_states.states()) == 1
+
+
+SPEC = """
+[study]
+name = "restore-notes"
+repetitions = 1
+max_repetitions = 1
+
+[[targets]]
+name = "blk"
+kind = "qemu"
+disk_size = "64M"
+
+[[targets]]
+name = "ide"
+kind = "qemu"
+disk_size = "64M"
+bus = "ide"
+
+[workload]
+kind = "fio"
+rw = "read"
+bs = "4k"
+size = "1M"
+direct = true
+runtime = "none"
+"""
+
+
+def test_a_run_says_how_each_guest_came_up(private: Path, tmp_path: Path) -> None:
+    """The progress output of `iolab run` names, per guest, whether it was restored or booted and why."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    iolab = Path(sys.executable).with_name("iolab")
+    res = subprocess.run([str(iolab), "run", str(spec)], capture_output=True, text=True, timeout=900,
+                         env=os.environ.copy())
+    out = " ".join((res.stdout + res.stderr).split())  # the console wraps long lines
+    assert res.returncode == 0, out[-3000:]
+    assert "qemu guest (virtio-blk): restored from saved state" in out and "saved now from a boot" in out, out
+    assert "qemu guest (ide): booted in" in out and "not restored: QEMU cannot hot-plug a disk on IDE" in out, out
