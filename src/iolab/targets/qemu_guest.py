@@ -5,6 +5,9 @@ vm/restore.py, else booted, with the reason in the manifest and the progress out
 command of the trials sharing this target runs in it through the guest agent. The disk image
 lives on a scratch loop device of its own (unless image_dir says otherwise), so the host-side
 block counters see only the image's I/O.
+
+Size: one target kind whole (its axes and their validation, its offer, set-up with restore or
+boot, manifest, teardown); the guest machinery itself lives in iolab.vm, one concept a module.
 """
 
 from __future__ import annotations
@@ -58,12 +61,7 @@ from iolab.vm.disk import (
     Secret,
 )
 from iolab.vm.executor import GuestExecutor
-from iolab.vm.guest_setup import (
-    GUEST_MOUNT,
-    configure_network,
-    make_ext4,
-    wait_for_disk,
-)
+from iolab.vm.guest_setup import GUEST_MOUNT, configure_network, make_ext4, wait_for_disk
 from iolab.vm.hotplug import HOTPLUG_BUSES
 from iolab.vm.image import create_image, image_info, prefill
 from iolab.vm.lifecycle import QemuVM
