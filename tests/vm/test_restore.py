@@ -238,6 +238,7 @@ def test_a_restored_guest_has_the_right_clock_and_its_own_random_stream(private:
 
 
 def test_a_state_qemu_cannot_load_falls_back_to_a_boot_and_is_replaced(private: Path) -> None:
+    before = set(_own_qemus())  # guests of other tests' fixtures, if any
     ledger = Ledger()
     t = _target(ledger, boot="restore")
     try:
@@ -256,11 +257,53 @@ def test_a_state_qemu_cannot_load_falls_back_to_a_boot_and_is_replaced(private: 
     finally:
         t.teardown()
     assert saved_states.lookup(state.key) is None
+    assert ledger.items == [] and set(_own_qemus()) <= before, "the failed restore left a QEMU, loop device or file"
     t = _target(ledger)
     try:
         assert t.setup().manifest["boot"]["mode"] == "restored", "the next guest should make a new state"
     finally:
         t.teardown()
+
+
+def test_a_save_qemu_refuses_falls_back_to_a_boot_and_leaves_nothing(private: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """QEMU refusing a QMP command of the save (here migrate-set-parameters with a bandwidth its
+    schema rejects: a real QMP error, not iolab's VmError) must not end the run: the guest boots,
+    the manifest says why, and no state, temporary directory, QEMU or ledger entry is left."""
+    from iolab.vm import restore
+    monkeypatch.setattr(restore, "MIGRATE_BANDWIDTH", "unlimited")
+    before = set(_own_qemus())
+    ledger = Ledger()
+    t = _target(ledger)
+    try:
+        pl = t.setup()
+        boot = pl.manifest["boot"]
+        assert boot["mode"] == "booted", boot
+        assert boot["why_not_restored"].startswith("no saved state to restore: "), boot
+        assert "max-bandwidth" in boot["why_not_restored"], boot
+        _run(pl, f"fio --name=r --filename={pl.path} --rw=read --bs=4k --size=64k --direct=1")
+    finally:
+        t.teardown()
+    assert saved_states.states() == []
+    assert [d.name for d in saved_states.states_dir().iterdir() if d.name.startswith(".tmp-")
+            and not d.name.startswith(".tmp-outcome")] == []
+    assert ledger.items == [], ledger.items
+    assert set(_own_qemus()) - before == set(), "a QEMU of this test outlived it"
+
+
+def _own_qemus() -> list[int]:
+    """The QEMUs this process started (their -name tags carry its owner token)."""
+    from iolab.core import owner as owners
+    me = f"iolab-{owners.me().token}-"
+    out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True).stdout.split()
+    found = []
+    for pid in out:
+        try:
+            if me in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
 
 
 KILLED = textwrap.dedent("""

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from iolab.core.errors import CapabilityMissing
+from iolab.core.errors import CapabilityMissing, InputError
 from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
 from iolab.vm import saved_states
@@ -42,7 +42,7 @@ from iolab.vm.errors import VmError
 from iolab.vm.executor import CLOCK_AGENT_VERSION, GuestExecutor
 from iolab.vm.hotplug import attach_disk, hotplug_problem
 from iolab.vm.lifecycle import BOOT_TIMEOUT_S, Incoming, QemuVM
-from iolab.vm.saved_states import SavedState, StateBusy, StateUnsupported
+from iolab.vm.saved_states import SavedState, StateUnsupported
 
 Boot = Literal["auto", "restore", "cold"]
 BOOT_MODES: tuple[str, ...] = ("auto", "restore", "cold")
@@ -278,7 +278,9 @@ def start_guest(spec: VmSpec, run_dir: Path, ledger: Ledger, *, boot: Boot = "au
             state, made = saved_states.obtain(
                 key, material, lambda out: save_base(spec, run_dir / "base", ledger, out, timeout, key),
                 ledger, wait_s=timeout + SAVE_TIMEOUT_S)
-        except (StateUnsupported, StateBusy, VmError, OSError) as exc:
+        except InputError:  # the user's setting (the cache bound): exit 2, not a slower guest
+            raise
+        except Exception as exc:  # any failure to save (QEMU refusing a QMP command too) means a boot
             why = f"no saved state to restore: {_summary(exc)}"
     if state is not None:
         attached: list[dict[str, Any]] = []
@@ -286,7 +288,7 @@ def start_guest(spec: VmSpec, run_dir: Path, ledger: Ledger, *, boot: Boot = "au
             vm = _restore(spec, state, files, ledger, timeout, attached)
             saved_states.record_outcome(state.key, None)
             return GuestStart(vm, True, None, state, made, attached)
-        except (VmError, OSError) as exc:
+        except Exception as exc:  # QemuVM.start has killed the QEMU it started: a boot follows
             saved_states.discard(state.key)  # made again by the next guest of this shape
             why = f"restoring saved state {state.key[:10]} failed (state removed): {_summary(exc)}"
             saved_states.record_outcome(state.key, why)
