@@ -291,6 +291,35 @@ def test_a_save_qemu_refuses_falls_back_to_a_boot_and_leaves_nothing(private: Pa
     assert set(_own_qemus()) - before == set(), "a QEMU of this test outlived it"
 
 
+def test_a_restored_guest_that_never_sees_its_disk_is_booted_instead(private: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hot-plug the guest never takes (here the disk is not attached at all, as if the ACPI
+    event and the rescan were both lost) is a failed restore too: the restored QEMU is killed,
+    the guest boots with its disk, the manifest says why, and nothing is left behind."""
+    from iolab.vm import guest_setup, restore
+    ledger = Ledger()
+    t = _target(ledger)
+    try:
+        assert t.setup().manifest["boot"]["mode"] == "restored"  # the state of this shape exists now
+    finally:
+        t.teardown()
+    monkeypatch.setattr(restore, "attach_disk", lambda *a, **k: [])
+    monkeypatch.setattr(guest_setup, "DEVICE_WAIT_S", 6.0)  # past the 5 s rescan, not the default 30 s
+    before = set(_own_qemus())
+    t = _target(ledger)
+    try:
+        pl = t.setup()
+        boot = pl.manifest["boot"]
+        assert boot["mode"] == "booted", boot
+        assert "failed: the test disk" in boot["why_not_restored"] and "did not appear" in boot["why_not_restored"]
+        assert any("not restored: the guest restored from saved state" in n for n in pl.manifest["notes"])
+        _run(pl, f"fio --name=r --filename={pl.path} --rw=read --bs=4k --size=64k --direct=1")
+    finally:
+        t.teardown()
+    assert ledger.items == [] and set(_own_qemus()) <= before, "the failed restore left a QEMU, loop device or file"
+    assert len(saved_states.states()) == 1, "a lost hot-plug is not the state's fault: it is kept"
+
+
 def _own_qemus() -> list[int]:
     """The QEMUs this process started (their -name tags carry its owner token)."""
     from iolab.core import owner as owners

@@ -60,12 +60,13 @@ from iolab.vm.disk import (
     Prealloc,
     Secret,
 )
+from iolab.vm.errors import VmError
 from iolab.vm.executor import GuestExecutor
 from iolab.vm.guest_setup import GUEST_MOUNT, configure_network, make_ext4, wait_for_disk
 from iolab.vm.hotplug import HOTPLUG_BUSES
 from iolab.vm.image import create_image, image_info, prefill
 from iolab.vm.lifecycle import QemuVM
-from iolab.vm.restore import Boot, GuestStart, start_guest
+from iolab.vm.restore import Boot, GuestStart, boot_instead, start_guest
 
 # applications the built-in guest can carry (guest_apps): name -> (its directory in the guest,
 # the host directory copied there whole); each is built by the set-up command, never by a run
@@ -271,9 +272,14 @@ class QemuGuestTarget(Target):
         self.started = start_guest(spec, run_dir, self.ledger, boot=p.boot, image_digest=image.digest,
                                    boot_timeout_s=p.boot_timeout)
         self.vm = self.started.vm
-        assert self.vm.channel is not None and self.vm.qmp is not None  # start() returns only with both
-        executor = GuestExecutor(self.vm.channel)
-        dev = wait_for_disk(executor, p.bus, p.disk_size, self._diagnosis, hotplugged=self.started.restored)
+        try:
+            executor, dev = self._find_disk()
+        except VmError as exc:
+            if not self.started.restored or p.boot == "restore":
+                raise
+            self.started = boot_instead(self.started, spec, run_dir, self.ledger, exc, p.boot_timeout)
+            self.vm = self.started.vm
+            executor, dev = self._find_disk()
         mount = make_ext4(executor, dev) if p.guest_fs == "ext4" else None
         extras: dict[str, Any] = {"qmp": self.vm.qmp, "vm": self.vm, "qemu_pid": self.vm.pid,
                                   "qmp_device": DISK_ID, "accel": accel.accel,
@@ -296,6 +302,13 @@ class QemuGuestTarget(Target):
             host_device=host_device, guest_device=dev, is_block_device=mount is None, manifest=manifest,
             extras=extras, time_factor=TCG_TIME_FACTOR if accel.accel == "tcg" else 1.0,
         )
+
+    def _find_disk(self) -> tuple[GuestExecutor, str]:
+        assert self.vm is not None and self.started is not None
+        assert self.vm.channel is not None and self.vm.qmp is not None  # start() returns only with both
+        executor = GuestExecutor(self.vm.channel)
+        return executor, wait_for_disk(executor, self.params.bus, self.params.disk_size, self._diagnosis,
+                                       hotplugged=self.started.restored)
 
     def _start_peer(self, spec: VmSpec, run_dir: Path, digest: str | None) -> tuple[dict[str, Any], GuestStart]:
         """The network peer (cmdline.peer_spec), reachable from the host (and so from the

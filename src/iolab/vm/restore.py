@@ -299,6 +299,19 @@ def start_guest(spec: VmSpec, run_dir: Path, ledger: Ledger, *, boot: Boot = "au
     return GuestStart(vm, False, why)
 
 
+def boot_instead(started: GuestStart, spec: VmSpec, run_dir: Path, ledger: Ledger, problem: BaseException,
+                 boot_timeout_s: float | None = None) -> GuestStart:
+    """A restored guest that failed after it came up (its hot-plugged disk never showed) is
+    killed and the guest booted in its place, the reason recorded like any failed restore."""
+    assert started.restored and started.state is not None
+    why = f"the guest restored from saved state {started.state.key[:10]} failed: {_summary(problem)}"
+    saved_states.record_outcome(started.state.key, why)
+    started.vm.kill()
+    vm = QemuVM(spec, RunFiles(run_dir), ledger)
+    vm.start(boot_timeout_s or BOOT_TIMEOUT_S[spec.accel])
+    return GuestStart(vm, False, why)
+
+
 def _restore(spec: VmSpec, state: SavedState, files: RunFiles, ledger: Ledger, timeout: float,
              attached: list[dict[str, Any]]) -> QemuVM:
     def attach(qmp: Any) -> None:
