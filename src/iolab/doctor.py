@@ -33,6 +33,7 @@ from iolab.runner.manifest import cgroup_mode, environment
 from iolab.store import registry as stores
 from iolab.store import schema
 from iolab.store.spool import Spool
+from iolab.vm import saved_states
 from iolab.vm.accel import detect_accel
 
 State = Literal["ok", "warn", "missing", "fail"]
@@ -256,6 +257,28 @@ def space_check(directory: str, free: int) -> Check:
     return Check("scratch", "ok", facts)
 
 
+def restore_check(facts: dict[str, Any], now: float) -> Check:
+    """Guests restored from saved states (vm/restore.py): what the cache holds against its bound,
+    and whether the last restore worked (a failure means guests boot, slower; the reason says why)."""
+    if facts.get("bound_problem"):
+        return Check("restore", "fail", facts["bound_problem"])
+    held = (f"{facts['count']} saved guest state(s), {facts['bytes'] / 1e6:.0f} MB of "
+            f"{facts['bound'] / 1e6:.0f} MB ({saved_states.MAX_ENV}) in {facts['directory']}")
+    last = facts.get("last")
+    if last and not last.get("ok"):
+        ago = (now - float(last.get("at", now))) / 60
+        return Check("restore", "warn", f"{held}; the last restore failed {ago:.0f} min ago, so that guest "
+                                        f"booted: {last.get('error')}")
+    free = facts.get("free")
+    if free is not None and free < GiB:
+        return Check("restore", "warn", f"{held}; only {free / GiB:.1f} GiB free there: a new guest shape may not "
+                                        "be saved (its guests then boot); set IOLAB_CACHE to a larger filesystem")
+    if last:
+        return Check("restore", "ok", f"{held}; the last restore worked: guests start from saved states")
+    return Check("restore", "ok", f"{held}; none restored yet: the first guest of each shape saves one, "
+                                  "later ones restore it (virtio-blk, virtio-scsi, nvme; ide and ahci boot)")
+
+
 def llc_check(llc: Llc, host: Memory | None) -> Check:
     """The last-level cache and what iolab will size from it (STREAM arrays, vm-profile guests)."""
     try:
@@ -413,6 +436,7 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         tool_check("qemu", shutil.which("qemu-system-x86_64"), "the VM studies", env["qemu_version"],
                    "qemu-system-x86 and qemu-utils"),
         accel_check(*_accel(), _kvm_log()),
+        restore_check(saved_states.status(), time.time()),
         cgroup_check(*_cgroups()),
         trial_cgroup_check(trial_cgroups.describe(), trial_cgroups.FLAVOUR_ENV),
         scheduler_check(_schedulers(), Path("/sys/module/bfq").exists()),

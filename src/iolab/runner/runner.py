@@ -304,7 +304,10 @@ class Runner:
         while pending:
             self.reporter.message(f"setting up target {g.target['kind']} ...")
             try:
-                return target.setup()
+                placement = target.setup()
+                for note in placement.manifest.get("notes") or ():  # how it came up (e.g. a guest restored or booted)
+                    self.reporter.message(str(note))
+                return placement
             except Exception as exc:
                 tb = traceback.format_exc()
                 for c in pending:
