@@ -381,7 +381,9 @@ def report(run_ref: str, fmt: str, output: Path | None, compare_ref: str | None,
         output = paths.reports_dir() / rec.id / "report.html"
     doc, summary, sections = analysed(store, rec, output.parent if output else None)
     if compare_ref:
-        result = compare_runs(results_document(store, _resolve(store, compare_ref)), doc, threshold=threshold)
+        rec_a = _resolve(store, compare_ref)
+        result = compare_runs(results_document(store, rec_a), doc, threshold=threshold,
+                              history=_compare_history(store, rec_a, rec))
         doc["comparison"] = result
         summary = [*summary, comparison.headline(result)]
         sections = [comparison.section(result), *sections]
@@ -404,16 +406,20 @@ def report(run_ref: str, fmt: str, output: Path | None, compare_ref: str | None,
 def compare(run_a: str, run_b: str, threshold: float, metric_names: tuple[str, ...], as_json: bool,
             db: str | None) -> None:
     """What changed from RUN_A to RUN_B: per shared configuration and metric, B/A with its 95% CI,
-    a p-value (Welch on log values) and a verdict that needs significance after Holm's
-    correction over all rows AND a change beyond --threshold. Differences between the runs'
-    machines, versions or schedulers are named first."""
+    a p-value and a verdict that needs significance after Holm's correction over all rows AND a
+    change beyond --threshold. Two levels of noise: the repetitions, and how far whole runs of a
+    configuration move, read from earlier runs in the store (A's level is A and the runs like A
+    before it); with none stored, a documented floor, and the verdict says it compares two runs
+    only (gate with `iolab ab`). Every recorded difference between the runs is listed."""
     from iolab.analysis.compare import compare_runs
     from iolab.report import comparison
     from iolab.report.document import results_document
 
     store = _resolve_store(db)
-    a, b = (results_document(store, _resolve(store, r)) for r in (run_a, run_b))
-    result = compare_runs(a, b, threshold=threshold, metric_names=metric_names)
+    rec_a, rec_b = (_resolve(store, r) for r in (run_a, run_b))
+    a, b = results_document(store, rec_a), results_document(store, rec_b)
+    result = compare_runs(a, b, threshold=threshold, metric_names=metric_names,
+                          history=_compare_history(store, rec_a, rec_b))
     measured = {r["metric"] for r in result["rows"]} | set(result["skipped_metrics"])
     missing = [m for m in metric_names if m not in measured]
     if missing:
@@ -422,15 +428,31 @@ def compare(run_a: str, run_b: str, threshold: float, metric_names: tuple[str, .
     if as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
         return
-    for w in result["warnings"]:
-        err.print(f"[yellow]warning:[/yellow] not like-for-like: {escape(w)}")
     click.echo(comparison.text_table(comparison.HEADERS, comparison.table_rows(result)))
     for side, key in (("A", "only_a"), ("B", "only_b")):
         for label in result[key]:
             click.echo(f"only in {side}: {label}")
     if result["skipped_metrics"]:
         click.echo("not compared (no better direction declared): " + ", ".join(result["skipped_metrics"]))
+    click.echo("noise: " + result["noise"]["message"])
+    click.echo(comparison.differences_text(result))
     click.echo(comparison.headline(result))
+
+
+def _compare_history(store: Store, a: Any, b: Any) -> list[dict[str, Any]]:
+    """Stored runs that tell how far runs of A's study move on A's host: the same study and host,
+    created before B, not B, not an `iolab ab` block; the newest COMPARE_HISTORY of them."""
+    from iolab.report.document import results_document
+
+    host = (a.environment or {}).get("hostname")
+    candidates = [r for r in store.runs(COMPARE_LOOKBACK) if r.study == a.study and r.id != b.id
+                  and r.created < b.created and (r.environment or {}).get("hostname") == host
+                  and not (r.options or {}).get("ab")]
+    return [results_document(store, r) for r in candidates[:COMPARE_HISTORY]]
+
+
+COMPARE_LOOKBACK = 2000  # newest runs of the store scanned for earlier runs of A's study
+COMPARE_HISTORY = 40  # of those, the newest runs of A's study on A's host that are read
 
 
 # -- machine ------------------------------------------------------------------------------

@@ -25,8 +25,20 @@ def p_text(row: dict[str, Any]) -> str:
 
 def headline(result: dict[str, Any]) -> str:
     counts = ", ".join(f"{n} {v}" for v, n in result["counts"].items() if n)
+    noise = result.get("noise") or {}
+    levels = ("run-to-run noise from the store" if noise.get("rows_from_store") and not noise.get("rows_on_floor")
+              else "two runs only: run-to-run noise at the default floor" if noise.get("rows_on_floor")
+              and not noise.get("rows_from_store") else "run-to-run noise from the store or the floor")
     return (f"{len(result['rows'])} comparison(s) of {result['run_b']} against {result['run_a']}: {counts or 'none'} "
-            f"(Welch on log values, Holm over all rows, threshold ±{result['threshold']:.0%})")
+            f"({levels}; Holm over all rows, threshold ±{result['threshold']:.0%})")
+
+
+def differences_text(result: dict[str, Any]) -> str:
+    """Every recorded difference between the runs, one line each, under a heading."""
+    if not result["warnings"]:
+        return "recorded differences between A and B: none (machine, versions, governor, autogroup, load flags agree)"
+    return "\n".join(["recorded differences between A and B (not like-for-like):",
+                      *(f"  - {w}" for w in result["warnings"])])
 
 
 def estimate_text(e: dict[str, Any]) -> str:
@@ -35,18 +47,39 @@ def estimate_text(e: dict[str, Any]) -> str:
     return f"{value} (n={e.get('n', 0)})"
 
 
+def a_text(row: dict[str, Any]) -> str:
+    """A's estimate, and the level of A's window when B is judged against several runs like A."""
+    w = row.get("a_window")
+    text = estimate_text(row["a"])
+    return f"{text}; level of {w['runs']} runs {fmt_num(w['level'])}" if w else text
+
+
+def noise_text(row: dict[str, Any]) -> str:
+    """The run-level SD the row was judged with and where it came from: 'store 2.1% (df 11)',
+    'floor 3.0%', or '—' for rows without a test."""
+    n = row.get("noise") or {}
+    if n.get("source") == "store" and n.get("tau") is not None:
+        return f"store {n['tau']:.1%} (df {n['df']:.0f})"
+    if n.get("source") == "floor":
+        return f"floor {n['tau']:.1%}"
+    return n.get("source") or "—"
+
+
 def table_rows(result: dict[str, Any]) -> list[list[str]]:
-    """configuration, metric (unit), A, B, B/A [95% CI], p (Holm), verdict: the shared text columns."""
-    return [[r["config"], f"{r['metric']} ({r['unit']})", estimate_text(r["a"]), estimate_text(r["b"]),
-             ratio_text(r), p_text(r), r["verdict"]] for r in result["rows"]]
+    """configuration, metric (unit), A, B, B/A [95% CI], run SD, p (Holm), verdict: the shared text columns."""
+    return [[r["config"], f"{r['metric']} ({r['unit']})", a_text(r), estimate_text(r["b"]),
+             ratio_text(r), noise_text(r), p_text(r), r["verdict"]] for r in result["rows"]]
 
 
-HEADERS = ["configuration", "metric", "A", "B", "B/A [95% CI]", "p (Holm)", "verdict"]
+HEADERS = ["configuration", "metric", "A", "B", "B/A [95% CI]", "run SD", "p (Holm)", "verdict"]
 
 
 def section(result: dict[str, Any]) -> Section:
     """The report's 'Comparison' section: warnings first, then every row with its reason."""
     notes = [Note(f"Not like-for-like: {w}", "warn") for w in result["warnings"]]
+    noise = result.get("noise") or {}
+    if noise.get("message"):
+        notes.append(Note("Noise: " + noise["message"], "warn" if noise.get("rows_on_floor") else "info"))
     if result["only_a"]:
         notes.append(Note(f"Only in A ({result['run_a']}): " + "; ".join(result["only_a"]), "warn"))
     if result["only_b"]:
@@ -57,10 +90,12 @@ def section(result: dict[str, Any]) -> Section:
     # the reason of every verdict but a plain 'no difference' rides on its cell as a footnote
     cell_notes = [[None] * (len(HEADERS) - 1) + [r["reason"] if r["verdict"] != "no difference" else None]
                   for r in result["rows"]]
-    intro = (headline(result) + ". p (Holm) is the p-value of a change beyond the threshold, adjusted over every "
-             "row; a verdict other than 'no difference' needs it below 0.05, i.e. significance after Holm's "
-             "correction AND a change beyond the threshold; the metric's declared direction decides improvement "
-             "or regression.")
+    intro = (headline(result) + ". B is judged as a new run against A's level (A and the runs like A before it) "
+             "with two levels of noise: its repetitions, and how far whole runs move (run SD: from the store's "
+             "earlier runs of the configuration, else the default floor). p (Holm) is the p-value of a change "
+             "beyond the threshold, adjusted over every row; a verdict other than 'no difference' needs it below "
+             "0.05, i.e. significance after Holm's correction AND a change beyond the threshold; the metric's "
+             "declared direction decides improvement or regression.")
     return Section("Comparison", [Table(f"B = {result['run_b']} against A = {result['run_a']}", HEADERS, rows,
                                         notes=notes, cell_notes=cell_notes)], intro=intro)
 

@@ -24,7 +24,8 @@ def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
         "started": t.started, "ended": t.ended, "traceback": t.traceback,
     } for t in store.trials(run.id)]
     status = {"running": "partial"}.get(run.status, run.status)
-    doc: dict[str, Any] = {"run_id": run.id, "study": run.study, "status": status, "source": run.source,
+    doc: dict[str, Any] = {"run_id": run.id, "study": run.study, "status": status, "created": run.created,
+           "source": run.source,
            "spec": run.spec, "options": run.options, "environment": run.environment, "extra": run.extra,
            "trials": trials, "findings": {}}
     if analysis_of(run) == REPRODUCE:

@@ -118,7 +118,8 @@ def resolution(data: dict[str, Any]) -> dict[str, float]:
     runtime it counts in whole milliseconds (truncated), so a rate r over a pass of t ms may
     be off by up to r/t. Repetitions that agree to the last digit then show no spread a
     t-interval could see; the analysis widens intervals by this (docs/statistics.md,
-    "Resolution"). Summed over jobs like the rates themselves."""
+    "Resolution"). Summed over jobs like the rates themselves. The clat percentiles carry the
+    half width of fio's histogram bucket (percentile_resolution)."""
     out: dict[str, float] = {}
     for job in data["jobs"]:
         for d in ("read", "write"):
@@ -129,6 +130,39 @@ def resolution(data: dict[str, Any]) -> dict[str, float]:
             for key, step in ((f"{d}_iops", side["iops"] / ms), (f"{d}_bw_mib_s", side["bw_bytes"] / MIB / ms),
                               ("iops", side["iops"] / ms), ("bw_mib_s", side["bw_bytes"] / MIB / ms)):
                 out[key] = out.get(key, 0.0) + step
+    out.update(percentile_resolution(data))
+    return out
+
+
+PLAT_BITS = 6  # fio's FIO_IO_U_PLAT_BITS (stat.h): 64 buckets per power of two
+
+
+def histogram_half_width(value_ns: float) -> float:
+    """Half the width of the fio latency-histogram bucket that reports `value_ns` (stat.c,
+    plat_idx_to_val): values below 2^(PLAT_BITS+1) ns are exact; above, a bucket of the group
+    [2^m, 2^(m+1)) is 2^(m - PLAT_BITS) ns wide and fio prints its middle, so the true
+    percentile lies within half a bucket (1/256 to 1/128 of the value) of what fio reports."""
+    if value_ns < 2 ** (PLAT_BITS + 1):
+        return 0.0
+    msb = int(value_ns).bit_length() - 1
+    return float(2 ** (msb - PLAT_BITS)) / 2
+
+
+def percentile_resolution(data: dict[str, Any]) -> dict[str, float]:
+    """The error bound of each clat percentile metric (µs), from fio's histogram buckets: two runs
+    whose p99 differs by one bucket did not measure a different p99. Over several jobs (an
+    IO-weighted mean of their percentiles) the largest bucket of any job bounds it."""
+    out: dict[str, float] = {}
+    for job in data["jobs"]:
+        for d in ("read", "write"):
+            side = job.get(d) or {}
+            if not side.get("total_ios"):
+                continue
+            pct = (side.get("clat_ns") or {}).get("percentile") or {}
+            for name, key in PERCENTILES.items():
+                if key in pct:
+                    metric = f"{d}_clat_{name}_us"
+                    out[metric] = max(out.get(metric, 0.0), histogram_half_width(float(pct[key])) / 1000.0)
     return out
 
 
