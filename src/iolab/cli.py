@@ -323,37 +323,62 @@ def push(run_ref: str, to: str, db: str | None) -> None:
 @click.argument("study")
 @click.option("--host", default=None, help="only runs made on this host (its hostname)")
 @click.option("--config", "config_id", default=None, metavar="ID", help="only this configuration (its id)")
-@click.option("--metric", default=None, help="the metric to follow (default: iops when measured)")
+@click.option("--metric", "metric_names", multiple=True, metavar="NAME",
+              help="follow this metric (repeatable; default: every metric with a declared direction)")
 @click.option("-n", "limit", default=1000, show_default=True, type=click.IntRange(min=1),
               help="look at the newest N runs of the store")
+@click.option("--power", is_flag=True,
+              help="also say, from each shown series' own noise, how many runs after a 2/5/10 % step it would "
+                   "take to suspect and to confirm it (simulated; a few seconds per series)")
+@click.option("--all", "show_all", is_flag=True, help="print the runs of every series, not only those with a change")
 @click.option("--json", "as_json", is_flag=True, help="the series and their change points as JSON")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="also write the history as an HTML page with a chart per configuration")
+              help="also write the history as an HTML page with a chart per series with a change")
 @db_option
-def history(study: str, host: str | None, config_id: str | None, metric: str | None, limit: int, as_json: bool,
-            html_path: Path | None, db: str | None) -> None:
-    """STUDY's metric over its runs, per configuration (median per run), with the steps found
-    in it (circular binary segmentation, permutation test at 1 %: docs/store.md#history)
-    and what changed in the machine at each (kernel, fio, QEMU, iolab versions)."""
+def history(study: str, host: str | None, config_id: str | None, metric_names: tuple[str, ...], limit: int,
+            power: bool, show_all: bool, as_json: bool, html_path: Path | None, db: str | None) -> None:
+    """STUDY over its runs: every configuration x metric (median per run), judged together
+    (Holm over all of them at 5 %), with confirmed changes (>= 3 runs on each side), a change
+    suspected in the newest 1-2 runs, each with its size and 95 % interval and what changed in the
+    machine at it (kernel, fio, QEMU, iolab). docs/store.md#history."""
     from iolab.analysis.history import RunData, build
     from iolab.report.history import history_html, history_json, history_text
 
+    if html_path is not None:
+        check_writable(html_path, "--html")
     store = _resolve_store(db)
     try:
-        data = [RunData(r.id, r.created, r.environment, store.trials(r.id)) for r in store.runs(limit)
+        data = [RunData(r.id, r.created, r.environment, store.trials(r.id), r.options) for r in store.runs(limit)
                 if r.study == study]
     finally:
         store.close()
-    series = build(data, metric, config_id, host)
-    if not series:
+    hist = build(data, metric_names, config_id, host)
+    if not hist.series:
+        shown = ", ".join(metric_names)
         raise InputError(f"no successful trials of study {study!r}{f' on host {host!r}' if host else ''}"
                          f"{f' for configuration {config_id!r}' if config_id else ''}"
-                         f"{f' with metric {metric!r}' if metric else ''} in {store.location}")
+                         f"{f' with metric {shown!r}' if metric_names else ''} in {store.location}")
+    powers = _history_power(hist) if power else None
     if html_path is not None:
-        check_writable(html_path, "--html")
-        _write_report(html_path, history_html(study, series))
+        _write_report(html_path, history_html(study, hist))
         err.print(f"history page: {html_path}")
-    click.echo(history_json(series) if as_json else history_text(series))
+    click.echo(history_json(hist, powers) if as_json else history_text(hist, powers, show_all))
+
+
+def _history_power(hist: Any) -> dict[str, Any]:
+    """--power: per series (at most HISTORY_POWER_SERIES of them), from its own noise."""
+    from iolab.analysis.detection_power import power
+
+    out: dict[str, Any] = {}
+    shown = [s for s in hist.series if s.noise_cv][:HISTORY_POWER_SERIES]
+    for i, s in enumerate(shown):
+        err.print(f"power {i + 1}/{len(shown)}: {s.config_id} {s.metric} (noise {s.noise_cv:.2%}, "
+                  f"{len(s.points)} runs)")
+        out[f"{s.config_id} {s.metric}"] = power(len(s.points), s.noise_cv, hist.rho, hist.family)
+    return out
+
+
+HISTORY_POWER_SERIES = 12
 
 
 @cli.command()
