@@ -480,6 +480,80 @@ COMPARE_LOOKBACK = 2000  # newest runs of the store scanned for earlier runs of 
 COMPARE_HISTORY = 40  # of those, the newest runs of A's study on A's host that are read
 
 
+@cli.command("ab")
+@click.argument("spec_a", metavar="SPEC_A", type=click.Path(path_type=Path))
+@click.argument("spec_b", metavar="[SPEC_B]", required=False, type=click.Path(path_type=Path))
+@click.option("--set-a", "set_a", multiple=True, metavar="KEY=VALUE",
+              help="override a key of A's spec (dotted: workload.iodepth=32, target.kernel=/boot/vmlinuz-x); "
+                   "repeatable")
+@click.option("--set-b", "set_b", multiple=True, metavar="KEY=VALUE", help="override a key of B's spec; repeatable")
+@click.option("--load-a", metavar="CMD", help="a command run beside each of A's blocks (e.g. 'stress-ng --cpu 1')")
+@click.option("--load-b", metavar="CMD", help="a command run beside each of B's blocks")
+@click.option("--blocks", "min_blocks", type=click.IntRange(2, 1000), default=8, show_default=True,
+              help="blocks before the first look (each block: one fresh run of A and one of B, in random order)")
+@click.option("--max-blocks", type=click.IntRange(2, 1000), default=20, show_default=True, help="the budget")
+@click.option("--look-every", "step", type=click.IntRange(1, 1000), default=4, show_default=True,
+              help="blocks between looks after the first")
+@click.option("--repetitions", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="successful trials per configuration in each variant's run of a block")
+@click.option("--min-effect", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="a smaller change is no regression (0.05 = 5 %)")
+@click.option("--metric", "metric_names", multiple=True, metavar="NAME",
+              help="judge only this metric (repeatable; default: every metric with a declared direction)")
+@click.option("--seed", type=int, default=None, help="seed of the blocks' order (default: random, recorded)")
+@click.option("--json", "as_json", is_flag=True, help="the verdict as one JSON object")
+@click.option("--dry-run", is_flag=True, help="check both variants, print the design and stop; creates nothing")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="where to write the HTML report")
+@db_option
+def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b: tuple[str, ...],
+               load_a: str | None, load_b: str | None, min_blocks: int, max_blocks: int, step: int,
+               repetitions: int, min_effect: float, metric_names: tuple[str, ...], seed: int | None,
+               as_json: bool, dry_run: bool, output: Path | None, db: str | None) -> None:
+    """Gate a change: A and B (two specs, or one spec and --set-b overrides, or a load beside B)
+    run interleaved in randomised blocks, each block a fresh run of each, until every
+    configuration x metric is decided (beyond or within --min-effect, sign flips across blocks,
+    Holm over all rows) or --max-blocks. Exit status: 0 no regression, 1 regression, 2 input
+    error, 3 nothing measured."""
+    import random
+
+    from iolab.analysis.ab import Design
+    from iolab.report import ab as ab_report
+    from iolab.report.document import write_html
+    from iolab.runner.ab import ABStudy, NoVerdict, variants
+
+    try:
+        design = Design(min_blocks, max_blocks, step, min_effect)
+    except ValueError as exc:
+        raise InputError(f"--blocks/--max-blocks: {exc}") from None
+    va, vb = variants(spec_a, spec_b, set_a, set_b, load_a, load_b)
+    stores.check_target(*_db_ref(db))
+    if output is not None:
+        check_writable(output, "-o")
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    if dry_run:
+        for line in ABStudy.plan_lines(va, vb, design, repetitions, seed):
+            click.echo(line)
+        return
+    store = _store(db)
+    study = ABStudy(store, err, va, vb, design, repetitions, seed, metric_names,
+                    on_block=lambda j, rows: err.print(ab_report.headline(rows, design, j)))
+    run_id = study.start()
+    err.print(f"A/B study [bold]{run_id}[/bold] (seed {seed}), results in {store.location}")
+    try:
+        rows = study.run()
+    finally:
+        path, _, _ = write_html(store, store.resolve(run_id), output)
+        out.print(f"report: {path}")
+    blocks = len(study.blocks)
+    if as_json:
+        click.echo(json.dumps(ab_report.as_json(rows, design, blocks, run_id), indent=2))
+    else:
+        click.echo(ab_report.text(rows, design, blocks))
+    if not rows or all(r.verdict == "invalid" for r in rows):
+        raise NoVerdict(f"A/B study {run_id}: nothing was measured on both sides (see `iolab report {run_id}`)")
+    raise SystemExit(1 if any(r.verdict == "regression" for r in rows) else 0)
+
+
 # -- machine ------------------------------------------------------------------------------
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="machine-readable")

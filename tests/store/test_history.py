@@ -61,7 +61,8 @@ def test_history_finds_the_kernel_step_and_nothing_else(pg_server: PgServer, tmp
     lab = make_lab(tmp_path / "lab")
     try:  # every command line in one process (the CLI driver): imports are paid once
         a, b, c, c1_lat, text, power, *bad = drive(lab, [["history", *argv, "--db", url] for argv in (
-            ["h", "--host", "host-a", "--json"], ["h", "--host", "host-b", "--json"], ["h", "--host", "host-c", "--json"],
+            ["h", "--host", "host-a", "--json"], ["h", "--host", "host-b", "--json"],
+            ["h", "--host", "host-c", "--json"],
             ["h", "--host", "host-a", "--config", "c1", "--metric", "read_lat_mean_us", "--json"],
             ["h", "--host", "host-a", "--config", "c0", "--html", str(tmp_path / "h.html")],
             ["h", "--host", "host-b", "--config", "c0", "--metric", "iops", "--power"],

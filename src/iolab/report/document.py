@@ -14,6 +14,7 @@ from iolab.store.base import RunRecord, Store
 from iolab.studies import builtin
 
 REPRODUCE = "reproduce"
+AB = "ab"  # an A/B study (runner/ab.py): its blocks' runs are its children, as a reproduction's studies
 
 
 def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
            "source": run.source,
            "spec": run.spec, "options": run.options, "environment": run.environment, "extra": run.extra,
            "trials": trials, "findings": {}}
-    if analysis_of(run) == REPRODUCE:
+    if analysis_of(run) in (REPRODUCE, AB):
         doc["children"] = _children(store, run)
         kids = [c["doc"]["trials"] for c in doc["children"].values()]
         failed = sum(t["status"] != "ok" for ts in kids for t in ts)
