@@ -32,6 +32,7 @@ series found to change, later splits are tested at the level at which Holm rejec
 **Size**: every change carries after/before (the ratio of the segments' geometric means)
 with a 95 % interval from the same model (t on the segments' residual degrees of freedom).
 Pure: numbers in, change points out; seeded, so a history gives the same answer every time.
+
 Size: one method (model, nulls, segmentation, suspicion, family, sizes) whose parts share the
 AR(1) contrast variance; docs/store.md#history explains it and the power tables.
 """

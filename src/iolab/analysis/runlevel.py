@@ -193,7 +193,7 @@ def _effective_df(rows: Sequence[Spread]) -> float:
             sx, sy = float(x.std()), float(y.std())
             r = float((x * y).mean() / (sx * sy)) if sx > 0 and sy > 0 else 1.0
             k = len(common) - 1  # the deviations' degrees of freedom (about)
-            r2.append(max(0.0, (r * r - 1 / k) / (1 - 1 / k)) if k > 1 else 1.0)
+            r2.append(r * r if k > 1 else 1.0)  # not corrected for its sampling bias (1/k): errs toward fewer df
     mean_r2 = float(np.mean(r2)) if r2 else 1.0
     d = float(np.mean([s.own_df for s in rows]))
     return d * g / (1 + (g - 1) * mean_r2)
