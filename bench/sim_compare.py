@@ -88,7 +88,8 @@ def shifts(rng: np.random.Generator, tau: float, common: float = 0.5) -> np.ndar
 
 def one_compare(cell: Cell, rng: np.random.Generator) -> dict[str, Any]:
     base = 1000.0 * (1 + np.arange(CONFIGS))
-    history = [run_doc(f"base{k}", 1000.0 + k, base * shifts(rng, cell.tau, cell.common), rng) for k in range(cell.baselines)]
+    history = [run_doc(f"base{k}", 1000.0 + k, base * shifts(rng, cell.tau, cell.common), rng)
+               for k in range(cell.baselines)]
     a = history[-1]
     true_b = base.copy()
     if cell.changed == "all":

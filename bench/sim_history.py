@@ -137,7 +137,8 @@ def main() -> None:
     args = ap.parse_args()
     flat = [Noise("independent, CV 1 %", 0.01), Noise("AR(1) rho 0.5, CV 1 %", 0.01, 0.5)]
     held_out = [Noise("AR(1) rho 0.3 (held out)", 0.01, 0.3), Noise("AR(1) rho 0.7 (held out)", 0.01, 0.7),
-                Noise("t3 tails (held out)", 0.01, 0.0, "t3"), Noise("lognormal skew (held out)", 0.01, 0.0, "lognormal")]
+                Noise("t3 tails (held out)", 0.01, 0.0, "t3"),
+                Noise("lognormal skew (held out)", 0.01, 0.0, "lognormal")]
     for nz in flat + held_out:
         for n in (20, 40):
             k = round(false_alarms(nz, n, args.families, args.seed) * args.families)
@@ -165,7 +166,8 @@ def main() -> None:
                 nz = Noise(f"CV {cv:.0%}", cv, rho)
                 ds = list(delays(nz, -step, args.power_families, args.seed))
                 within = sum(d.confirmed is not None for d in ds) / len(ds)
-                print(f"history power step={step:.0%} cv={cv:.0%} rho={rho} suspected={_median([d.suspected for d in ds], AFTER)} "
+                print(f"history power step={step:.0%} cv={cv:.0%} rho={rho} "
+                      f"suspected={_median([d.suspected for d in ds], AFTER)} "
                       f"confirmed={_median([d.confirmed for d in ds], AFTER)} confirmed_within_{AFTER}={within:.0%} "
                       f"n={len(ds)}", flush=True)
 

@@ -130,8 +130,8 @@ def test_real_doctor_agrees_with_the_machine() -> None:
     assert all(c["state"] in ("ok", "warn", "missing", "fail") and c["detail"] for c in checks.values())
     assert rc == (1 if any(c["state"] == "fail" for c in checks.values()) else 0)
     expected = {"root", "fio", "qemu", "accel", "cgroups", "schedulers", "loop", "compiler", "cpu-governor",
-                "autogroup", "cpu-boost", "cpu-load", "swap", "memory", "scratch", "llc", "trial-cgroups", "fio-server", "store",
-                *d.TOOLS}
+                "autogroup", "cpu-boost", "cpu-load", "swap", "memory", "scratch", "llc", "trial-cgroups",
+                "fio-server", "store", *d.TOOLS}
     assert set(checks) == expected
     from iolab.cgroups import trial as trial_cgroups
     flavour = trial_cgroups.describe()["flavour"]
