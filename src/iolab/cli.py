@@ -543,7 +543,7 @@ def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b:
         rows = study.run()
     finally:
         path, _, _ = write_html(store, store.resolve(run_id), output)
-        out.print(f"report: {path}")
+        (err if as_json else out).print(f"report: {path}")  # stdout is the JSON alone
     blocks = len(study.blocks)
     if as_json:
         click.echo(json.dumps(ab_report.as_json(rows, design, blocks, run_id), indent=2))
