@@ -81,10 +81,18 @@ def _chart(s: Series) -> Chart:
                  series=[Line("per run", xs, [p.value for p in s.points]), Line("level between changes", xs, level)])
 
 
+DRIFTING = 0.5  # rho at or above which the runs wander too much to tell a step from drift quickly
+
+
 def method_text(h: History) -> str:
-    return (f"{h.family} series judged together ({h.method}); consecutive runs modelled as AR(1) with "
+    text = (f"{h.family} series judged together ({h.method}); consecutive runs modelled as AR(1) with "
             f"rho = {h.rho:.2f} (estimated {h.rho_estimate:.2f} from every series, plus a margin); "
             "docs/store.md#history")
+    if h.rho >= DRIFTING:
+        text += (f". Note: consecutive runs are strongly alike (rho {h.rho:.2f}): the machine's results drift, "
+                 "and a step is told from drift only with many runs on each side; look at the runs (--all) and "
+                 "gate a change with `iolab ab`")
+    return text
 
 
 def history_html(study: str, h: History) -> str:
