@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.core.helpers import IOLAB, Lab, make_lab, needs_root
 
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("sysbench") is None or shutil.which("stress-ng") is None
