@@ -132,44 +132,49 @@ def _median(xs: list[int | None], cap: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", type=int, default=1000)
-    ap.add_argument("--power-families", type=int, default=200)
+    ap.add_argument("--held-out-families", type=int, default=500)
+    ap.add_argument("--power-sims", type=int, default=100)
+    ap.add_argument("--parts", default="flat,held-out,delays,power", help="which parts to run (comma-separated)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     flat = [Noise("independent, CV 1 %", 0.01), Noise("AR(1) rho 0.5, CV 1 %", 0.01, 0.5)]
-    held_out = [Noise("AR(1) rho 0.3 (held out)", 0.01, 0.3), Noise("AR(1) rho 0.7 (held out)", 0.01, 0.7),
+    held_out = [Noise("AR(1) rho 0.7 (held out)", 0.01, 0.7), Noise("AR(1) rho 0.3 (held out)", 0.01, 0.3),
                 Noise("t3 tails (held out)", 0.01, 0.0, "t3"),
                 Noise("lognormal skew (held out)", 0.01, 0.0, "lognormal")]
-    for nz in flat + held_out:
+    cells = ([(nz, args.families) for nz in flat] if "flat" in parts else []) + \
+        ([(nz, args.held_out_families) for nz in held_out] if "held-out" in parts else [])
+    for nz, families in cells:
         for n in (20, 40):
-            k = round(false_alarms(nz, n, args.families, args.seed) * args.families)
-            lo, hi = wilson(k, args.families)
+            k = round(false_alarms(nz, n, families, args.seed) * families)
+            lo, hi = wilson(k, families)
             print(f"history cell='flat {nz.name}, {n} runs, {CONFIGS} configurations' false_alarms="
-                  f"{k / args.families:.1%} [{lo:.1%}, {hi:.1%}] n={args.families}", flush=True)
-    for nz in (Noise("independent, CV 1 %", 0.01), Noise("AR(1) rho 0.5, CV 1 %", 0.01, 0.5)):
-        ds = list(delays(nz, -0.05, args.families, args.seed))
-        n = len(ds)
-        for what, k in (("suspected within 2 runs", sum(d.suspected is not None and d.suspected <= 2 for d in ds)),
-                        ("confirmed within 3 runs", sum(d.confirmed is not None and d.confirmed <= 3 for d in ds)),
-                        ("no second change in the stepped series", sum(not d.second for d in ds)),
-                        ("no change in the 29 flat series", sum(not d.elsewhere for d in ds)),
-                        ):
-            lo, hi = wilson(k, n)
-            print(f"history cell='5 % step, {nz.name}: {what}' value={k / n:.1%} [{lo:.1%}, {hi:.1%}] n={n}",
-                  flush=True)
-        hits = [d.size_covered for d in ds if d.size_covered is not None]
-        lo, hi = wilson(sum(hits), len(hits))
-        print(f"history cell='5 % step, {nz.name}: the size's 95 % interval covers the step' "
-              f"value={sum(hits) / len(hits):.1%} [{lo:.1%}, {hi:.1%}] n={len(hits)}", flush=True)
-    for cv in (0.01, 0.02, 0.05):
-        for step in (0.02, 0.05, 0.10):
-            for rho in (0.0, 0.5):
-                nz = Noise(f"CV {cv:.0%}", cv, rho)
-                ds = list(delays(nz, -step, args.power_families, args.seed))
-                within = sum(d.confirmed is not None for d in ds) / len(ds)
-                print(f"history power step={step:.0%} cv={cv:.0%} rho={rho} "
-                      f"suspected={_median([d.suspected for d in ds], AFTER)} "
-                      f"confirmed={_median([d.confirmed for d in ds], AFTER)} confirmed_within_{AFTER}={within:.0%} "
-                      f"n={len(ds)}", flush=True)
+                  f"{k / families:.1%} [{lo:.1%}, {hi:.1%}] n={families}", flush=True)
+    if "delays" in parts:
+        for nz in (Noise("independent, CV 1 %", 0.01), Noise("AR(1) rho 0.5, CV 1 %", 0.01, 0.5)):
+            ds = list(delays(nz, -0.05, args.families, args.seed))
+            n = len(ds)
+            for what, k in (("suspected within 2 runs", sum(d.suspected is not None and d.suspected <= 2 for d in ds)),
+                            ("confirmed within 3 runs", sum(d.confirmed is not None and d.confirmed <= 3 for d in ds)),
+                            ("no second change in the stepped series", sum(not d.second for d in ds)),
+                            ("no change in the 29 flat series", sum(not d.elsewhere for d in ds))):
+                lo, hi = wilson(k, n)
+                print(f"history cell='5 % step, {nz.name}: {what}' value={k / n:.1%} [{lo:.1%}, {hi:.1%}] n={n}",
+                      flush=True)
+            hits = [d.size_covered for d in ds if d.size_covered is not None]
+            lo, hi = wilson(sum(hits), len(hits))
+            print(f"history cell='5 % step, {nz.name}: the size's 95 % interval covers the step' "
+                  f"value={sum(hits) / len(hits):.1%} [{lo:.1%}, {hi:.1%}] n={len(hits)}", flush=True)
+    if "power" in parts:
+        # the docs' table: detection_power, what `iolab history --power` runs, for a series of BEFORE runs
+        # in a family of CONFIGS series (Holm's first step), independent runs
+        from iolab.analysis.detection_power import power
+
+        for cv in (0.01, 0.02, 0.05):
+            for p in power(BEFORE, cv, 0.0, CONFIGS, sims=args.power_sims, seed=args.seed):
+                print(f"history power step={p.step:.0%} cv={cv:.0%} suspected={p.suspected} confirmed={p.confirmed} "
+                      f"suspected_within_2={p.suspected_within_2:.0%} confirmed_within_3={p.confirmed_within_3:.0%} "
+                      f"confirmed_within_10={p.confirmed_within_after:.0%} n={p.sims}", flush=True)
 
 
 if __name__ == "__main__":

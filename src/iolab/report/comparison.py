@@ -86,18 +86,37 @@ def section(result: dict[str, Any]) -> Section:
         notes.append(Note(f"Only in B ({result['run_b']}): " + "; ".join(result["only_b"]), "warn"))
     if result["skipped_metrics"]:
         notes.append(Note("Not compared (no better direction declared): " + ", ".join(result["skipped_metrics"])))
-    rows = table_rows(result)
-    # the reason of every verdict but a plain 'no difference' rides on its cell as a footnote
-    cell_notes = [[None] * (len(HEADERS) - 1) + [r["reason"] if r["verdict"] != "no difference" else None]
-                  for r in result["rows"]]
+    # the page's table stays narrow enough to show the verdict: A is A's level (its window's, when B
+    # is judged against several runs like A, with A's own run as the cell's footnote), p (Holm)
+    # rides with the verdict's reason
+    rows = [[r["config"], f"{r['metric']} ({r['unit']})", r["verdict"], ratio_text(r), _a_cell(r),
+             estimate_text(r["b"]), noise_text(r)] for r in result["rows"]]
+    cell_notes = [[None, None, f"{r['reason']} (p Holm {p_text(r)})" if r["verdict"] != "no difference" else None,
+                   None, _a_note(r), None, None] for r in result["rows"]]
     intro = (headline(result) + ". B is judged as a new run against A's level (A and the runs like A before it) "
              "with two levels of noise: its repetitions, and how far whole runs move (run SD: from the store's "
              "earlier runs of the configuration, else the default floor). p (Holm) is the p-value of a change "
              "beyond the threshold, adjusted over every row; a verdict other than 'no difference' needs it below "
              "0.05, i.e. significance after Holm's correction AND a change beyond the threshold; the metric's "
              "declared direction decides improvement or regression.")
-    return Section("Comparison", [Table(f"B = {result['run_b']} against A = {result['run_a']}", HEADERS, rows,
+    return Section("Comparison", [Table(f"B = {result['run_b']} against A = {result['run_a']}", PAGE_HEADERS, rows,
                                         notes=notes, cell_notes=cell_notes)], intro=intro)
+
+
+PAGE_HEADERS = ["configuration", "metric", "verdict", "B/A [95% CI]", "A (level)", "B", "run SD"]
+
+
+def _a_cell(row: dict[str, Any]) -> str:
+    w = row.get("a_window")
+    return f"{fmt_num(w['level'])} ({w['runs']} runs)" if w else estimate_text(row["a"])
+
+
+def _a_note(row: dict[str, Any]) -> str | None:
+    w = row.get("a_window")
+    if not w:
+        return None
+    return (f"A's own run: {estimate_text(row['a'])}; B is judged against the level of A and the {w['runs'] - 1} "
+            f"runs like A before it ({', '.join(w['ids'])})")
 
 
 def text_table(headers: list[str], rows: list[list[Any]]) -> str:
