@@ -489,6 +489,9 @@ COMPARE_HISTORY = 40  # of those, the newest runs of A's study on A's host that 
 @click.option("--set-b", "set_b", multiple=True, metavar="KEY=VALUE", help="override a key of B's spec; repeatable")
 @click.option("--load-a", metavar="CMD", help="a command run beside each of A's blocks (e.g. 'stress-ng --cpu 1')")
 @click.option("--load-b", metavar="CMD", help="a command run beside each of B's blocks")
+@click.option("--env-a", "env_a", multiple=True, metavar="NAME=VALUE",
+              help="iolab's environment during A's runs (e.g. PATH=/opt/qemu-a/bin:/usr/bin:/bin); repeatable")
+@click.option("--env-b", "env_b", multiple=True, metavar="NAME=VALUE", help="the same for B's runs")
 @click.option("--blocks", "min_blocks", type=click.IntRange(2, 1000), default=8, show_default=True,
               help="blocks before the first look (each block: one fresh run of A and one of B, in random order)")
 @click.option("--max-blocks", type=click.IntRange(2, 1000), default=20, show_default=True, help="the budget")
@@ -506,10 +509,12 @@ COMPARE_HISTORY = 40  # of those, the newest runs of A's study on A's host that 
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="where to write the HTML report")
 @db_option
 def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b: tuple[str, ...],
-               load_a: str | None, load_b: str | None, min_blocks: int, max_blocks: int, step: int,
+               load_a: str | None, load_b: str | None, env_a: tuple[str, ...], env_b: tuple[str, ...],
+               min_blocks: int, max_blocks: int, step: int,
                repetitions: int, min_effect: float, metric_names: tuple[str, ...], seed: int | None,
                as_json: bool, dry_run: bool, output: Path | None, db: str | None) -> None:
-    """Gate a change: A and B (two specs, or one spec and --set-b overrides, or a load beside B)
+    """Gate a change: A and B (two specs, one spec and --set-b overrides, --env-b for another build
+    of a tool on PATH, or a load beside B)
     run interleaved in randomised blocks, each block a fresh run of each, until every
     configuration x metric is decided (beyond or within --min-effect, sign flips across blocks,
     Holm over all rows) or --max-blocks. Exit status: 0 no regression, 1 regression, 2 input
@@ -525,7 +530,7 @@ def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b:
         design = Design(min_blocks, max_blocks, step, min_effect)
     except ValueError as exc:
         raise InputError(f"--blocks/--max-blocks: {exc}") from None
-    va, vb = variants(spec_a, spec_b, set_a, set_b, load_a, load_b)
+    va, vb = variants(spec_a, spec_b, set_a, set_b, load_a, load_b, env_a, env_b)
     stores.check_target(*_db_ref(db))
     if output is not None:
         check_writable(output, "-o")

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.core.helpers import IOLAB, Lab, make_lab, needs_root
+from tests.core.helpers import IOLAB, Lab, drive, make_lab, needs_root
 
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("sysbench") is None or shutil.which("stress-ng") is None
                                              or shutil.which("taskset") is None,
@@ -90,6 +90,24 @@ def test_a_cpu_load_beside_b_is_a_regression_with_exit_1(lab: Lab) -> None:
         ["pgrep", "-f", f"stress-ng --cpu 1.*{lab.root}"], capture_output=True).returncode != 0
 
 
+def test_another_build_of_a_tool_on_bs_path_is_a_regression(lab: Lab) -> None:
+    """--env-b PATH=...: B finds another build of a tool first (how two QEMU builds are compared):
+    here a `sysbench` that searches primes up to 40 000 instead of the spec's 10 000, a slower
+    build of the same benchmark. No pinning needed: each event costs B several times more."""
+    bindir = lab.root / "slow-build"
+    bindir.mkdir(exist_ok=True)
+    wrapper = bindir / "sysbench"
+    wrapper.write_text('#!/bin/bash\na=()\nfor x in "$@"; do [[ $x == --cpu-max-prime=* ]] && x=--cpu-max-prime=40000;'
+                       f' a+=("$x"); done\nexec {shutil.which("sysbench")} "${{a[@]}}"\n')
+    wrapper.chmod(0o755)
+    spec = lab.spec(SPEC)
+    r = _ab(lab, str(spec), "--env-b", f"PATH={bindir}:/usr/sbin:/usr/bin:/sbin:/bin", *BLOCKS, "--seed", "5",
+            "--json")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    (row,) = json.loads(r.stdout)["rows"]
+    assert row["verdict"] == "regression" and row["ratio"] < 0.5, row
+
+
 def test_input_errors_are_exit_2_and_create_nothing(lab: Lab, tmp_path: Path) -> None:
     axes = lab.spec(SPEC.replace("threads = 1", "threads = [1, 2]"), "axes.toml")
     spec = lab.spec(SPEC, "plain.toml")
@@ -103,12 +121,15 @@ def test_input_errors_are_exit_2_and_create_nothing(lab: Lab, tmp_path: Path) ->
         ([str(spec), "--blocks", "10", "--max-blocks", "5"], "--blocks"),
         ([str(tmp_path / "missing.toml")], "missing.toml"),
         ([str(spec), "--min-effect", "0"], "--min-effect"),
+        ([str(spec), "--env-b", "PATH"], "NAME=VALUE"),
+        ([str(spec), "--env-b", "IOLAB_DATA=/tmp"], "IOLAB_DATA"),
     ]
-    for args, what in cases:
-        r = _ab(lab, *args, "--db", str(db))
-        assert r.returncode == 2, (args, r.stdout, r.stderr)
-        assert what in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
-    r = _ab(lab, str(spec), "--set-b", "workload.threads=2", "--dry-run", "--db", str(db))
-    assert r.returncode == 0, r.stderr
-    assert "looks after 8, 12, 16, 20 blocks" in r.stdout and "== B" in r.stdout
+    # every command line in one process (the CLI driver): imports are paid once
+    *refused, dry = drive(lab, [["ab", *args, "--db", str(db)] for args, _ in cases]
+                          + [["ab", str(spec), "--set-b", "workload.threads=2", "--dry-run", "--db", str(db)]])
+    for (args, what), r in zip(cases, refused, strict=True):
+        assert r["exit"] == 2, (args, r)
+        assert what in r["stderr"] and not r["traceback"], (args, r["stderr"])
+    assert dry["exit"] == 0, dry["stderr"]
+    assert "looks after 8, 12, 16, 20 blocks" in dry["stdout"] and "== B" in dry["stdout"]
     assert not db.exists()

@@ -61,7 +61,8 @@ def as_json(rows: list[ab.Row], design: ab.Design, blocks: int, run_id: str) -> 
 
 def section(rows: list[ab.Row], design: ab.Design, blocks: int, variants: dict[str, Any]) -> Section:
     notes = [Note(f"{k}: {v.get('source')}" + (f" with {', '.join(v['overrides'])}" if v.get("overrides") else "")
-                  + (f"; beside each of its blocks: `{' '.join(v['load'])}`" if v.get("load") else ""))
+                  + (f"; beside each of its blocks: `{' '.join(v['load'])}`" if v.get("load") else "")
+                  + (f"; environment {' '.join(f'{k}={x}' for k, x in v['env'].items())}" if v.get("env") else ""))
              for k, v in variants.items()]
     notes += [Note(f"{r.verdict}: {r.config or '(single)'} {r.metric}: {r.reason}",
                    "warn" if r.verdict in ("regression", "undecided", "invalid") else "info")

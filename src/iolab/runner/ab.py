@@ -13,6 +13,7 @@ Child runs carry `options.ab` (`iolab history` and `compare`'s store of earlier 
 
 from __future__ import annotations
 
+import os
 import random
 import shlex
 import shutil
@@ -53,21 +54,23 @@ class Variant:
     overrides: list[str] = field(default_factory=list)
     load: list[str] = field(default_factory=list)  # argv of a command run beside each of its blocks
     hook: Any = None
+    env: dict[str, str] = field(default_factory=dict)  # iolab's environment during its runs (e.g. PATH)
 
 
 def variants(spec_a: Path, spec_b: Path | None, set_a: Sequence[str], set_b: Sequence[str], load_a: str | None,
-             load_b: str | None) -> tuple[Variant, Variant]:
+             load_b: str | None, env_a: Sequence[str] = (), env_b: Sequence[str] = ()) -> tuple[Variant, Variant]:
     """Both variants, validated before anything is created: the specs (B defaults to A's file) with
     their overrides applied (a wrong key is the spec's own error, exit 2), the same configurations
     on both sides (matched by their axis labels), load commands that exist."""
     out = []
-    for name, path, sets, load in (("A", spec_a, set_a, load_a), ("B", spec_b or spec_a, set_b, load_b)):
+    for name, path, sets, load, env in (("A", spec_a, set_a, load_a, env_a),
+                                        ("B", spec_b or spec_a, set_b, load_b, env_b)):
         base = load_spec_file(path)
         doc = overrides.apply(base.raw, sets, f"--set-{name.lower()}")
         spec = from_dict(doc, f"{path} (variant {name}{': ' + ', '.join(sets) if sets else ''})", base.options)
         argv = _load_argv(load, f"--load-{name.lower()}")
         hook = getattr(builtin.analysis_module(spec.settings.analysis), "before_group", None)
-        out.append(Variant(name, spec, str(path), list(sets), argv, hook))
+        out.append(Variant(name, spec, str(path), list(sets), argv, hook, _env(env, f"--env-{name.lower()}")))
     a, b = out
     la, lb = _labels(a.spec), _labels(b.spec)
     if la != lb:
@@ -75,6 +78,20 @@ def variants(spec_a: Path, spec_b: Path | None, set_a: Sequence[str], set_b: Seq
                          f"block by block: only in A: {sorted(la - lb) or 'none'}; "
                          f"only in B: {sorted(lb - la) or 'none'}")
     return a, b
+
+
+def _env(pairs: Sequence[str], option: str) -> dict[str, str]:
+    """NAME=VALUE pairs: iolab's environment while the variant runs, so every tool it finds on PATH,
+    and every process it starts, sees them (two QEMU builds: PATH=/opt/qemu-b/bin:/usr/bin:/bin)."""
+    out = {}
+    for text in pairs:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not all(c.isalnum() or c == "_" for c in name) or name[0].isdigit():
+            raise InputError(f"{option} {text!r}: expected NAME=VALUE with a variable name (letters, digits, _)")
+        if name.startswith("IOLAB_"):
+            raise InputError(f"{option} {text!r}: iolab's own settings ({name}) are the study's, not a variant's")
+        out[name] = value
+    return out
 
 
 def _labels(spec: StudySpec) -> set[str]:
@@ -130,7 +147,8 @@ class ABStudy:
                             before_group=v.hook)
             runner.instantiate()
             lines.append(f"== {v.name}: {v.source}" + (f" with {', '.join(v.overrides)}" if v.overrides else "")
-                         + (f"; beside it: {shlex.join(v.load)}" if v.load else ""))
+                         + (f"; beside it: {shlex.join(v.load)}" if v.load else "")
+                         + (f"; environment {' '.join(f'{k}={x}' for k, x in v.env.items())}" if v.env else ""))
             lines += [f"   {line}" for line in runner.dry_run_lines()]
         return lines
 
@@ -140,7 +158,7 @@ class ABStudy:
         spec = {"study": {"name": NAME, "analysis": NAME, "description": about},
                 "ab": {"design": vars(self.design) | {"looks": self.design.looks}, "repetitions": self.repetitions,
                        "seed": self.seed, "metrics": list(self.metric_names),
-                       "variants": {k: {"source": v.source, "overrides": v.overrides, "load": v.load,
+                       "variants": {k: {"source": v.source, "overrides": v.overrides, "load": v.load, "env": v.env,
                                         "spec": v.spec.raw} for k, v in self.variants.items()}}}
         self.store.create_run(self.run_id, NAME, "ab", spec, {"seed": self.seed}, environment())
         return self.run_id
@@ -182,6 +200,8 @@ class ABStudy:
             spec = fixed_repetitions(v.spec, self.repetitions)
             spec = replace(spec, options={**spec.options, "ab": {"run": self.run_id, "variant": name, "block": j}})
             ledger = Ledger()
+            saved = {k: os.environ.get(k) for k in v.env}
+            os.environ.update(v.env)  # the variant's tools (PATH) and environment, for its run only
             load = _start_load(v.load, ledger) if v.load else None
             try:
                 runner = Runner(spec, self.store, self.console, ledger=ledger, before_group=v.hook)
@@ -198,6 +218,11 @@ class ABStudy:
                 if load is not None:
                     _stop_load(*load)
                 ledger.release_all()
+                for k, old in saved.items():
+                    if old is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = old
 
     def _documents(self) -> list[dict[str, dict[str, Any]]]:
         return [{k: trials_document(self.store, rid) for k, rid in blk["runs"].items()} for blk in self.blocks]
