@@ -109,6 +109,7 @@ def test_with_stored_baselines_the_estimate_its_source_and_age_are_shown() -> No
     assert noise["tau"] is not None and noise["df"] >= 4
     assert row["a_window"]["runs"] == 5 and row["a_window"]["ids"][-1] == "base4"
     assert "estimated from the store" in res["noise"]["message"] and "compares two runs" not in row["reason"]
+    assert "2023-11-14" in res["noise"]["message"] and "the newest 24 h before B" in res["noise"]["message"]
     # B itself and anything stored after B never inform the verdict on B
     later = _history(1, rng)[0]
     later["created"] = b["created"] + 1

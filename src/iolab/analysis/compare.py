@@ -39,6 +39,7 @@ Every recorded difference between the runs (analysis/differences.py) is listed b
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,7 +117,7 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
         "max_ci": max_ci, "correction": "holm",
         "test": "two levels of noise (repetitions, and runs: from the store or the default floor) on log values; "
                 "counts by a quasi-Poisson rate test; verdicts from the p-value of a change beyond the threshold",
-        "noise": {**noise_summary(rows, floor), "moderation": prior},
+        "noise": {**noise_summary(rows, floor, before), "moderation": prior},
         "warnings": environment_differences(a, b), "rows": rows,
         "only_a": [label_text(ga[c][0], c) for c in ga if c not in gb],
         "only_b": [label_text(gb[c][0], c) for c in gb if c not in ga],
@@ -359,9 +360,10 @@ def _size(row: dict[str, Any]) -> str:
     return "without bound" if r is None or math.isinf(r) else f"by {abs(r - 1):.1%}"
 
 
-def noise_summary(rows: list[dict[str, Any]], floor: float) -> dict[str, Any]:
+def noise_summary(rows: list[dict[str, Any]], floor: float, b_created: float | None = None) -> dict[str, Any]:
     """Where the run-to-run noise of the comparison came from: the store (how many rows, the runs'
-    dates) or the floor (how many rows), with the sentence the reports print."""
+    dates, how old the newest is when B ran) or the floor (how many rows), with the sentence the
+    reports print."""
     noises = [r["noise"] for r in rows if r.get("noise")]
     stored = [n for n in noises if n["source"] == "store"]
     on_floor = [n for n in noises if n["source"] != "store"]
@@ -374,11 +376,30 @@ def noise_summary(rows: list[dict[str, Any]], floor: float) -> dict[str, Any]:
                                "median_tau": taus[len(taus) // 2] if taus else None}
     parts = []
     if stored:
+        when = ""
+        if summary["oldest"] and summary["newest"]:
+            when = f", run {_day(summary['oldest'])} to {_day(summary['newest'])}"
+            if b_created:
+                when += f", the newest {_age(b_created - summary['newest'])} before B"
         parts.append(f"run-to-run noise estimated from the store for {len(stored)} row(s): up to "
-                     f"{summary['runs']} earlier runs of the same configurations on this host (median run-level "
-                     f"SD {summary['median_tau']:.1%}); A's level from up to {summary['window_runs']} runs like A")
+                     f"{summary['runs']} earlier runs of the same configurations on this host{when} (median "
+                     f"run-level SD {summary['median_tau']:.1%}); A's level from up to {summary['window_runs']} runs "
+                     "like A")
     if on_floor:
         parts.append(f"{len(on_floor)} row(s) compare two runs only (no repeated runs in the store): run-level SD "
                      f"assumed {floor:.1%} (the default floor, docs/statistics.md); {AB_HINT}")
     summary["message"] = "; ".join(parts)
     return summary
+
+
+def _day(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+def _age(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} days"
