@@ -112,6 +112,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
         r["p_holm"] = None if math.isnan(p) else p
         if r["verdict"] is None:
             r["verdict"], r["reason"] = _verdict(r, threshold, max_ci)
+        r["ratio"] = _finite(r["ratio"])  # JSON has no infinity: an unbounded end is null
+        r["ratio_ci95"] = [_finite(x) for x in r["ratio_ci95"]]
     return {
         "run_a": a.get("run_id"), "run_b": b.get("run_id"), "threshold": threshold, "alpha": ALPHA,
         "max_ci": max_ci, "correction": "holm",
@@ -270,11 +272,11 @@ def _stall_row(row: dict[str, Any], xa: np.ndarray, xb: np.ndarray, ref: Referen
     one whose none did is as extreme as the data can be: the exact permutation p."""
     ma, mb = float(xa.mean()), float(xb.mean())
     zeros = (int((xa <= 0).sum()), int((xb <= 0).sum()))
-    row["stalled"] = {"a": zeros[0], "b": zeros[1]}
+    row["stalled"] = {"a": zeros[0], "b": zeros[1], "higher": mb > ma}
     if ma <= 0 or mb <= 0:
         p = 2.0 / math.comb(len(xa) + len(xb), len(xb))
         hit = (ma <= 0 < float(xb.min())) or (mb <= 0 < float(xa.min()))
-        row.update(ratio=math.inf if ma <= 0 else 0.0, p_no_change=min(1.0, p) if hit else 1.0,
+        row.update(ratio=None if ma <= 0 else 0.0, p_no_change=min(1.0, p) if hit else 1.0,
                    method="exact permutation (every trial of one side stalled)")
         row["test"] = _Fixed(row["p_no_change"])
         row["ratio_ci95"] = [None, None] if ma <= 0 else [0.0, 0.0]
@@ -349,6 +351,8 @@ def _higher(row: dict[str, Any]) -> bool:
     c = row.get("counts")
     if c is not None:
         return bool(c["b_per_trial"] > c["a_per_trial"])
+    if row.get("stalled") is not None and row["ratio"] is None:
+        return bool(row["stalled"]["higher"])
     return bool(row["ratio"] is not None and row["ratio"] > 1)
 
 
@@ -390,6 +394,10 @@ def noise_summary(rows: list[dict[str, Any]], floor: float, b_created: float | N
                      f"assumed {floor:.1%} (the default floor, docs/statistics.md); {AB_HINT}")
     summary["message"] = "; ".join(parts)
     return summary
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
 
 
 def _day(t: float) -> str:
