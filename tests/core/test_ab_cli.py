@@ -79,13 +79,16 @@ def test_a_equals_b_is_no_regression(lab: Lab) -> None:
 
 def test_a_cpu_load_beside_b_is_a_regression_with_exit_1(lab: Lab) -> None:
     spec = lab.spec(SPEC)
-    r = _ab(lab, str(spec), "--load-b", "stress-ng --cpu 1", *BLOCKS, "--seed", "4", pinned=True)
+    # up to 16 blocks (looks at 8, 12, 16): on a quiet machine it is decided at 8; a heavily loaded one
+    # (load average 14 here) scatters some blocks the other way, and a second look decides
+    r = _ab(lab, str(spec), "--load-b", "stress-ng --cpu 1", "--blocks", "8", "--max-blocks", "16", "--seed", "4",
+            pinned=True)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "regression" in r.stdout and "events_per_s" in r.stdout
     line = next(x for x in r.stdout.splitlines() if x.startswith("regression:"))
     assert "B lower by" in line and "beyond ±5%" in line
     assert "beside `stress-ng --cpu 1`" in r.stderr  # B's blocks ran beside the load, A's did not
-    assert r.stderr.count("beside `stress-ng") == 8
+    assert r.stderr.count("beside `stress-ng") in (8, 12, 16)
     assert shutil.which("pgrep") is None or subprocess.run(
         ["pgrep", "-f", f"stress-ng --cpu 1.*{lab.root}"], capture_output=True).returncode != 0
 
