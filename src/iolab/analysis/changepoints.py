@@ -64,6 +64,8 @@ class NoiseModel:
     rho: float  # the lag-1 correlation the tests use (bias-corrected estimate + margin, clipped)
     estimate: float  # the bias-corrected estimate before the margin
     pairs: int  # consecutive pairs of runs it was estimated from
+    tails: float = math.inf  # degrees of freedom of the Student t innovations (inf: normal)
+    far: float = 0.0  # share of the pooled innovations beyond 3 robust SDs, which chose `tails`
 
 
 @dataclass(frozen=True)
@@ -162,9 +164,11 @@ def statistics(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray) -> 
     return t
 
 
-def ar1(rng: np.random.Generator, rows: int, n: int, rho: float) -> np.ndarray:
-    """rows stationary AR(1) series of length n with unit marginal variance."""
-    e = rng.standard_normal((rows, n))
+def ar1(rng: np.random.Generator, rows: int, n: int, rho: float, tails: float = math.inf) -> np.ndarray:
+    """rows stationary AR(1) series of length n with unit marginal variance; innovations normal, or
+    Student t with `tails` degrees of freedom (scaled to unit variance)."""
+    e = rng.standard_normal((rows, n)) if math.isinf(tails) else \
+        np.asarray(rng.standard_t(tails, (rows, n)) / math.sqrt(tails / (tails - 2)), dtype=float)
     if rho <= 0:
         return e
     x = np.empty_like(e)
@@ -176,26 +180,26 @@ def ar1(rng: np.random.Generator, rows: int, n: int, rho: float) -> np.ndarray:
 
 
 @lru_cache(maxsize=512)
-def segment_null(n: int, rho: float, circular: bool, size: int = NULL_SERIES) -> np.ndarray:
+def segment_null(n: int, rho: float, circular: bool, size: int = NULL_SERIES, tails: float = math.inf) -> np.ndarray:
     """Sorted maxima of the candidate statistics of `size` simulated flat series of length n."""
     i, j = candidates(n, circular)
     var = interval_variance(n, rho, i, j)
-    rng = np.random.default_rng([n, int(rho * 1000), circular])
+    rng = np.random.default_rng([n, int(rho * 1000), circular, 0 if math.isinf(tails) else int(tails)])
     out = []
     chunk = max(100, min(size, 1_000_000 // max(len(i), 1)))
     for start in range(0, size, chunk):
-        x = ar1(rng, min(chunk, size - start), n, rho)
+        x = ar1(rng, min(chunk, size - start), n, rho, tails)
         out.append(statistics(x, i, j, var).max(axis=-1))
     return np.sort(np.concatenate(out))
 
 
 @lru_cache(maxsize=512)
-def newest_null(n: int, rho: float, size: int = NULL_SERIES) -> np.ndarray:
+def newest_null(n: int, rho: float, size: int = NULL_SERIES, tails: float = math.inf) -> np.ndarray:
     """Sorted maxima over k in NEWEST of the newest-k statistics, `size` flat series of length n."""
-    rng = np.random.default_rng([n, int(rho * 1000), 7])
+    rng = np.random.default_rng([n, int(rho * 1000), 7, 0 if math.isinf(tails) else int(tails)])
     out = []
     for start in range(0, size, 50_000):
-        x = ar1(rng, min(50_000, size - start), n, rho)
+        x = ar1(rng, min(50_000, size - start), n, rho, tails)
         out.append(_newest_stats(x, rho).max(axis=-1))
     return np.sort(np.concatenate(out))
 
@@ -229,9 +233,11 @@ def p_of(null: np.ndarray, stat: float) -> float:
 def noise_model(segments: Sequence[np.ndarray]) -> NoiseModel:
     """Lag-1 correlation from the residuals of every segment (each around its own mean), pooled,
     bias-corrected for short segments (E[r] ~ rho - (1 + 4 rho) / L; Kendall 1954, Marriott &
-    Pope 1954) and raised by one standard error, so that dependence is not under-stated."""
+    Pope 1954) and raised by one standard error, so that dependence is not under-stated; and the
+    innovations' tails (tails_for)."""
     num = den = 0.0
     pairs, lengths = 0, []
+    resid = []
     for seg in segments:
         if len(seg) < 3:
             continue
@@ -240,6 +246,7 @@ def noise_model(segments: Sequence[np.ndarray]) -> NoiseModel:
         den += float((r * r).sum())
         pairs += len(seg) - 1
         lengths.append(len(seg))
+        resid.append(r)
     if pairs == 0 or den <= 0:
         return NoiseModel(0.0, 0.0, 0)
     raw = num / den
@@ -247,7 +254,42 @@ def noise_model(segments: Sequence[np.ndarray]) -> NoiseModel:
     est = (raw * length + 1) / (length - 4) if length > 5 else raw + 0.3
     margin = math.sqrt(max(1 - est * est, 0.05) / pairs)
     rho = float(np.clip(math.ceil((est + margin) * 20) / 20, 0.0, RHO_MAX))  # up to a 0.05 grid: fewer nulls
-    return NoiseModel(rho, est, pairs)
+    innov = np.concatenate([r[1:] - raw * r[:-1] for r in resid])
+    tails, far = tails_for(innov)
+    return NoiseModel(rho, est, pairs, tails, far)
+
+
+TAILS = (30.0, 12.0, 8.0, 6.0, 5.0, 4.0, 3.0)  # Student t innovations the nulls may be simulated with
+FAR = 3.0  # "far off": beyond 3 normal SDs, measured in median absolute deviations (robust to the tails)
+
+
+def _far_share(df: float) -> float:
+    """P(an innovation lands beyond FAR SDs as its MAD measures them) for t with df (inf: normal)."""
+    if math.isinf(df):
+        return float(2 * special.ndtr(-FAR))
+    mad = float(special.stdtrit(df, 0.75))
+    return float(2 * special.stdtr(df, -FAR * mad / 0.6744897501960817))
+
+
+def tails_for(innov: np.ndarray) -> tuple[float, float]:
+    """(degrees of freedom of the t innovations, the share of innovations far off). The share of
+    innovations beyond FAR SDs, the SD measured robustly (1.4826 MAD), taken at its lower 90 %
+    confidence bound, chooses the lightest tail in normal, TAILS that lands that far at least as
+    often (twice the heavier side's share: a skewed tail counts as if both sides were as heavy):
+    runs that now and then land far off (a cache that missed, a neighbour's burst) must not read
+    as changes under a normal model, and normal noise should stay normal."""
+    x = np.asarray(innov, dtype=float)
+    mad = float(np.median(np.abs(x - np.median(x))))
+    if len(x) < 10 or mad <= 0:
+        return math.inf, 0.0
+    z = (x - np.median(x)) / (1.4826 * mad)
+    far = 2 * max(float(np.mean(z > FAR)), float(np.mean(z < -FAR)))  # skew: the heavier side, both ways
+    n, z = len(x), 1.2816  # one-sided 90 %
+    lower = (far + z * z / (2 * n) - z * math.sqrt(far * (1 - far) / n + z * z / (4 * n * n))) / (1 + z * z / n)
+    for df in (math.inf, *TAILS):
+        if _far_share(df) >= lower:
+            return df, far
+    return TAILS[-1], far
 
 
 # -- one series ---------------------------------------------------------------------------------
@@ -263,7 +305,8 @@ def _best(x: np.ndarray, lo: int, hi: int, rho: float) -> tuple[int, int, float]
     return lo + int(i[b]), lo + int(j[b]), float(t[b])
 
 
-def _split_p(x: np.ndarray, lo: int, cut: int, hi: int, rho: float, nulls: int = NULL_SERIES) -> float:
+def _split_p(x: np.ndarray, lo: int, cut: int, hi: int, rho: float, nulls: int = NULL_SERIES,
+             tails: float = math.inf) -> float:
     """p of the single split of x[lo:hi] at cut, against the largest split statistic of a flat
     segment that long; 1 when a side is shorter than MIN_SIDE."""
     if cut - lo < MIN_SIDE or hi - cut < MIN_SIDE:
@@ -271,11 +314,11 @@ def _split_p(x: np.ndarray, lo: int, cut: int, hi: int, rho: float, nulls: int =
     n = hi - lo
     t = np.array([cut - lo])
     stat = float(statistics(x[None, lo:hi], t, np.full_like(t, n), split_variance(n, rho, t))[0, 0])
-    return p_of(segment_null(n, rho, False, nulls), stat)
+    return p_of(segment_null(n, rho, False, nulls, tails), stat)
 
 
-def segment(x: np.ndarray, rho: float, level: float,
-            nulls: int = NULL_SERIES) -> tuple[list[tuple[int, float]], float]:
+def segment(x: np.ndarray, rho: float, level: float, nulls: int = NULL_SERIES,
+            tails: float = math.inf) -> tuple[list[tuple[int, float]], float]:
     """Binary segmentation of x at `level`: ([(index, p)] of the confirmed change points, the p of
     the top-level test of the whole series)."""
     found: list[tuple[int, float]] = []
@@ -289,13 +332,13 @@ def segment(x: np.ndarray, rho: float, level: float,
             first = False
             continue
         i, j, stat = best
-        p_seg = p_of(segment_null(hi - lo, rho, True, nulls), stat)
+        p_seg = p_of(segment_null(hi - lo, rho, True, nulls, tails), stat)
         if first:
             p_top, first = p_seg, False
         if p_seg > level:
             continue
-        ends = [(c, _split_p(x, lo, c, j, rho, nulls) if c == i else _split_p(x, i if i > lo else lo, c, hi, rho,
-                                                                             nulls))
+        ends = [(c, _split_p(x, lo, c, j, rho, nulls, tails) if c == i
+                 else _split_p(x, i if i > lo else lo, c, hi, rho, nulls, tails))
                 for c in (i, j) if lo < c < hi]
         kept = [(c, p) for c, p in ends if p <= level]
         found += kept
@@ -305,13 +348,13 @@ def segment(x: np.ndarray, rho: float, level: float,
     return sorted(found), p_top
 
 
-def newest_p(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES) -> float:
+def newest_p(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, tails: float = math.inf) -> float:
     """p of "the newest runs moved", against the baseline x[start:-k]; 1 without MIN_BASELINE runs."""
     n = len(x) - start
     if n - max(NEWEST) < MIN_BASELINE:
         return 1.0
     stat = float(_newest_stats(x[None, start:], rho).max())
-    return p_of(newest_null(n, rho, nulls), stat)
+    return p_of(newest_null(n, rho, nulls, tails), stat)
 
 
 def sizes(x: np.ndarray, cuts: list[int], rho: float, logged: bool) -> list[tuple[float, float, float, float, float]]:
@@ -341,31 +384,31 @@ def sizes(x: np.ndarray, cuts: list[int], rho: float, logged: bool) -> list[tupl
 
 
 # -- the family ---------------------------------------------------------------------------------
-def analyse(family: Mapping[Hashable, Sequence[float]], alpha: float = ALPHA,
-            rho: float | None = None) -> tuple[dict[Hashable, SeriesResult], NoiseModel]:
+def analyse(family: Mapping[Hashable, Sequence[float]], alpha: float = ALPHA, rho: float | None = None,
+            tails: float = math.inf) -> tuple[dict[Hashable, SeriesResult], NoiseModel]:
     """Every series of a study at once: the noise model from all of them, Holm over the family
-    of their top-level and newest-run tests, the changes of each. `rho`: use this correlation
-    instead of estimating it (power simulations)."""
+    of their top-level and newest-run tests, the changes of each. `rho` (and `tails`): use this
+    noise model instead of estimating it (power simulations)."""
     data = {k: _transform(v) for k, v in family.items()}
-    model = NoiseModel(rho, rho, 0) if rho is not None else _model(data)
-    r = model.rho
+    model = NoiseModel(rho, rho, 0, tails) if rho is not None else _model(data)
+    r, tl = model.rho, model.tails
     nulls = null_size(2 * len(data), alpha)
     tops: dict[Hashable, float] = {}
     newest: dict[Hashable, float] = {}
     for k, (x, _) in data.items():
-        _, tops[k] = segment(x, r, 0.0, nulls) if len(x) >= 2 * MIN_SIDE else ([], 1.0)
+        _, tops[k] = segment(x, r, 0.0, nulls, tl) if len(x) >= 2 * MIN_SIDE else ([], 1.0)
     keys = list(data)
     # Holm over the "any change" tests first pass: which series change at all
     hyps = [("any", k) for k in keys] + [("newest", k) for k in keys]
     # the newest-run test needs the confirmed segmentation for its baseline: computed at a level
     # found by Holm's first step (conservative: the smallest level Holm could use)
     first_level = alpha / len(hyps) if hyps else alpha
-    cuts0 = {k: segment(data[k][0], r, first_level, nulls)[0] if tops[k] <= first_level else [] for k in keys}
+    cuts0 = {k: segment(data[k][0], r, first_level, nulls, tl)[0] if tops[k] <= first_level else [] for k in keys}
     starts: dict[Hashable, int] = {}
     for k in keys:
         x = data[k][0]
         starts[k] = max([c for c, _ in cuts0[k] if c <= len(x) - max(NEWEST) - MIN_BASELINE] or [0])
-        newest[k] = newest_p(x, starts[k], r, nulls)
+        newest[k] = newest_p(x, starts[k], r, nulls, tl)
     ps = [tops[k] for k in keys] + [newest[k] for k in keys]
     adjusted = holm(ps)
     levels = _holm_levels(ps, alpha)
@@ -374,7 +417,7 @@ def analyse(family: Mapping[Hashable, Sequence[float]], alpha: float = ALPHA,
         x, logged = data[k]
         res = SeriesResult(p_any=tops[k], p_newest=newest[k], logged=logged)
         if adjusted[idx] <= alpha:
-            cuts = segment(x, r, levels[idx], nulls)[0]
+            cuts = segment(x, r, levels[idx], nulls, tl)[0]
             res.changes += _changes(x, cuts, r, logged, "confirmed", levels[idx])
         j = idx + len(keys)
         covered = any(c.index > len(x) - max(NEWEST) - MIN_BASELINE for c in res.changes)
@@ -400,9 +443,11 @@ def _model(data: Mapping[Hashable, tuple[np.ndarray, bool]]) -> NoiseModel:
         segs = []
         for x, _logged in data.values():
             level = ALPHA / max(len(data), 1)
-            cuts = [c for c, _ in segment(x, model.rho, level, null_size(len(data)))[0]] if len(x) >= 2 * MIN_SIDE \
-                else []
-            edges = [0, *cuts, len(x)]
+            cuts = [c for c, _ in segment(x, model.rho, level, null_size(len(data)), model.tails)[0]] \
+                if len(x) >= 2 * MIN_SIDE else []
+            # the newest runs are what the newest-run test judges: they never shape the noise it is judged by
+            known = len(x) - max(NEWEST) if len(x) > 2 * max(NEWEST) else len(x)
+            edges = [0, *[c for c in cuts if c < known], known]
             segs += [x[a:b] for a, b in zip(edges, edges[1:], strict=False)]
         model = noise_model(segs)
     return model

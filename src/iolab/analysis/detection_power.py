@@ -44,7 +44,7 @@ class Power:
 
 
 def power(n_before: int, cv: float, rho: float, family: int, steps: Sequence[float] = STEPS, sims: int = SIMS,
-          seed: int = 0) -> list[Power]:
+          seed: int = 0, tails: float = math.inf) -> list[Power]:
     """For each step size: runs until suspected / confirmed in a series like this one."""
     out = []
     alpha = cp.ALPHA / max(family, 1)
@@ -53,11 +53,11 @@ def power(n_before: int, cv: float, rho: float, family: int, steps: Sequence[flo
         sus: list[int | None] = []
         conf: list[int | None] = []
         for _ in range(sims):
-            x = cv * cp.ar1(rng, 1, n_before + AFTER, rho)[0]
+            x = cv * cp.ar1(rng, 1, n_before + AFTER, rho, tails)[0]
             x[n_before:] += math.log(1 - step)
             s = c = None
             for r in range(1, AFTER + 1):
-                res, _ = cp.analyse({0: np.exp(x[: n_before + r])}, alpha=alpha, rho=rho)
+                res, _ = cp.analyse({0: np.exp(x[: n_before + r])}, alpha=alpha, rho=rho, tails=tails)
                 near = [ch for ch in res[0].changes if abs(ch.index - n_before) <= 1]
                 if s is None and near:
                     s = r

@@ -90,6 +90,7 @@ class History:
     rho: float  # the lag-1 correlation between consecutive runs the tests assumed
     rho_estimate: float
     family: int  # series judged together
+    tails: float = math.inf  # degrees of freedom of the t innovations the nulls assumed (inf: normal)
     alpha: float = cp.ALPHA
     method: str = ("median per run; circular binary segmentation, each end tested on its own (>= 3 runs per side), "
                    "newest 1-3 runs against the baseline window; AR(1) between runs; Holm over every configuration "
@@ -150,9 +151,10 @@ def build(runs: list[RunData], metric: str | tuple[str, ...] | None = None, conf
                    direction=decl.direction if decl else "neither", relative=res.logged,
                    noise_cv=_noise(points, res, model.rho))
         s.changes = [_named(c, points, s.direction) for c in res.changes]
-        s.events = replay(points, res, model.rho, cp.ALPHA / max(2 * len(keys), 1), cp.null_size(2 * len(keys)))
+        s.events = replay(points, res, model.rho, cp.ALPHA / max(2 * len(keys), 1), cp.null_size(2 * len(keys)),
+                          model.tails)
         out.append(s)
-    return History(out, model.rho, model.estimate, len(keys))
+    return History(out, model.rho, model.estimate, len(keys), tails=model.tails)
 
 
 def _noise(points: list[Point], res: cp.SeriesResult, rho: float) -> float | None:
@@ -180,7 +182,7 @@ def _named(c: cp.Change, points: list[Point], direction: str) -> Change:
 
 
 def replay(points: list[Point], res: cp.SeriesResult, rho: float, level: float,
-           nulls: int = cp.NULL_SERIES) -> list[Event]:
+           nulls: int = cp.NULL_SERIES, tails: float = math.inf) -> list[Event]:
     """The newest-run test as it would have answered after each run (the runs known then, the
     baseline since the confirmed change before it), at Holm's first-step level: when a change
     was first suspected, and whether it was then confirmed or withdrawn."""
@@ -190,7 +192,7 @@ def replay(points: list[Point], res: cp.SeriesResult, rho: float, level: float,
     open_at: int | None = None
     for t in range(2 * cp.MIN_SIDE, len(x) + 1):
         start = max([c for c in confirmed if c <= t - max(cp.NEWEST) - cp.MIN_BASELINE] or [0])
-        p = cp.newest_p(x[:t], start, rho, nulls)
+        p = cp.newest_p(x[:t], start, rho, nulls, tails)
         if p <= level:
             stats = cp._newest_stats(x[None, start:t], rho)[0]
             at = t - cp.NEWEST[int(np.argmax(stats))]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from typing import Any
 
@@ -85,9 +86,10 @@ DRIFTING = 0.5  # rho at or above which the runs wander too much to tell a step 
 
 
 def method_text(h: History) -> str:
+    shape = "normal" if math.isinf(h.tails) else f"Student t ({h.tails:g} d.o.f.: runs that land far off)"
     text = (f"{h.family} series judged together ({h.method}); consecutive runs modelled as AR(1) with "
-            f"rho = {h.rho:.2f} (estimated {h.rho_estimate:.2f} from every series, plus a margin); "
-            "docs/store.md#history")
+            f"rho = {h.rho:.2f} (estimated {h.rho_estimate:.2f} from every series, plus a margin), {shape} "
+            "innovations; docs/store.md#history")
     if h.rho >= DRIFTING:
         text += (f". Note: consecutive runs are strongly alike (rho {h.rho:.2f}): the machine's results drift, "
                  "and a step is told from drift only with many runs on each side; look at the runs (--all) and "
@@ -108,6 +110,7 @@ def _started(t: float) -> str:
 
 def history_json(h: History, powers: dict[str, list[Power]] | None = None) -> str:
     doc: dict[str, Any] = dataclasses.asdict(h)
+    doc["tails"] = None if math.isinf(h.tails) else h.tails  # JSON has no infinity: null is normal innovations
     if powers is not None:
         doc["power"] = {k: [dataclasses.asdict(p) for p in v] for k, v in powers.items()}
     return json.dumps(doc, indent=2)
