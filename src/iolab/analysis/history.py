@@ -191,6 +191,9 @@ def replay(points: list[Point], res: cp.SeriesResult, rho: float, level: float,
     events: list[Event] = []
     open_at: int | None = None
     for t in range(2 * cp.MIN_SIDE, len(x) + 1):
+        if open_at is None and any(c + cp.MIN_SIDE < t and c > t - max(cp.NEWEST) - cp.MIN_BASELINE
+                                   for c in confirmed):
+            continue  # the newest runs follow a change already confirmed: they are explained (as in analyse)
         start = max([c for c in confirmed if c <= t - max(cp.NEWEST) - cp.MIN_BASELINE] or [0])
         p = cp.newest_p(x[:t], start, rho, nulls, tails)
         if p <= level:

@@ -87,7 +87,7 @@ DRIFTING = 0.5  # rho at or above which the runs wander too much to tell a step 
 
 def method_text(h: History) -> str:
     shape = "normal" if math.isinf(h.tails) else f"Student t ({h.tails:g} d.o.f.: runs that land far off)"
-    text = (f"{h.family} series judged together ({h.method}); consecutive runs modelled as AR(1) with "
+    text = (f"Method: {h.method}; consecutive runs modelled as AR(1) with "
             f"rho = {h.rho:.2f} (estimated {h.rho_estimate:.2f} from every series, plus a margin), {shape} "
             "innovations; docs/store.md#history")
     if h.rho >= DRIFTING:
