@@ -5,7 +5,7 @@ The study is tests/core/test_ab_cli.py's tiny CPU-bound one (sysbench cpu, 1 thr
 host), 8 blocks (one look). Every try is a separate `iolab ab` process with its own seed, in a
 private results store and data directory under /tmp that is removed at the end.
 
-    bench/run ab-gate [--tries 20] [--load-tries 5] [--pinned] [--load-max-blocks 16]
+    bench/run ab-gate [--tries 20] [--load-tries 5] [--pinned] [--load-max-blocks 16] [--shared-load]
 
 --pinned runs every try under `taskset -c 0` (workload and hog on one CPU, as the suite's test
 does); without it the hog competes on the whole, shared machine. Last lines:
@@ -39,6 +39,9 @@ time = 1
 """
 
 
+SHARED = SPEC.replace('name = "ab-gate"', 'name = "ab-gate"\nworkload_session = "shared"')
+
+
 def one(iolab: Path, spec: Path, data: Path, seed: int, load: str | None, pinned: bool,
         max_blocks: int = 8) -> tuple[int, float | None]:
     argv = [*(["taskset", "-c", "0"] if pinned else []), str(iolab), "ab", str(spec), "--blocks", "8", "--max-blocks",
@@ -60,11 +63,15 @@ def main() -> None:
     ap.add_argument("--pinned", action="store_true")
     ap.add_argument("--load-max-blocks", type=int, default=16, help="the budget of the load tries (looks 8, 12, 16)")
     ap.add_argument("--skip-a-equals-b", action="store_true")
+    ap.add_argument("--shared-load", action="store_true",
+                    help="the load tries keep the workloads (and so the hog) in iolab's session: one autogroup")
     args = ap.parse_args()
     iolab = Path(sys.executable).with_name("iolab")
     with tempfile.TemporaryDirectory(prefix="iolab-ab-gate-") as tmp:
         spec = Path(tmp) / "spec.toml"
         spec.write_text(SPEC)
+        shared = Path(tmp) / "shared.toml"  # the hog beside B in the workloads' session (autogroup)
+        shared.write_text(SHARED if args.shared_load else SPEC)
         data = Path(tmp) / "data"
         t0 = time.monotonic()
         codes, ratios = [], []
@@ -82,14 +89,15 @@ def main() -> None:
             return
         codes, ratios = [], []
         for i in range(args.load_tries):
-            code, ratio = one(iolab, spec, data, 2000 + i, "stress-ng --cpu 1", args.pinned, args.load_max_blocks)
+            code, ratio = one(iolab, shared, data, 2000 + i, "stress-ng --cpu 1", args.pinned, args.load_max_blocks)
             codes.append(code)
             ratios.append(ratio)
             print(f"load try {i + 1}/{args.load_tries}: exit {code}, B/A {ratio}", flush=True)
         found = sorted(r for r in ratios if r is not None)
         median = found[len(found) // 2] if found else None
         print(f"ab-gate load-beside-b regression={sum(c == 1 for c in codes)}/{args.load_tries} ratio={median} "
-              f"exit-codes={codes}{' pinned' if args.pinned else ''}", flush=True)
+              f"exit-codes={codes}{' pinned' if args.pinned else ''}{' shared session' if args.shared_load else ''}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ A tiny CPU-bound study (sysbench cpu, 1 thread, 1 s) on the host:
 * A = B: no regression (exit 0). The issue asks for 20 of 20 tries; that is bench/ab_gate.py
   (`bench/run ab-gate`, figures in docs/statistics.md); the suite runs one, 8 blocks.
 * B = A with `stress-ng --cpu 1` beside B's blocks only: a regression of events/s, exit 1.
-  iolab (and so the workload and the load) is pinned to CPU 0 with taskset: on this shared,
-  loaded 2-core machine an unpinned hog is one of a dozen busy sessions and moves a CPU-bound
-  number by a few per cent; on one CPU it takes about half.
+  iolab (and so the workload and the load) is pinned to CPU 0 with taskset and the study keeps
+  its workloads in iolab's session (`workload_session = "shared"`, which the load follows): on
+  this shared, loaded 2-core machine a hog in a session of its own is one of a dozen busy
+  sessions and moves a CPU-bound number by 15-40 %, not always decided in 16 blocks; beside
+  the workload in its session on one CPU it takes half.
 * Input errors are exit 2 naming what is wrong, and create nothing; `iolab report` judges a
   stored A/B study again; `iolab history` leaves A/B blocks out.
 """
@@ -78,7 +80,12 @@ def test_a_equals_b_is_no_regression(lab: Lab) -> None:
 
 
 def test_a_cpu_load_beside_b_is_a_regression_with_exit_1(lab: Lab) -> None:
-    spec = lab.spec(SPEC)
+    """The workloads and B's hog share one session (workload_session = "shared": the load is placed
+    like the variant's workloads), so on the one CPU they share one autogroup and the hog takes
+    half of it, however many other sessions keep that CPU busy. (With "own", the hog is one more
+    session among the machine's: under a load average of 14, B/A was 0.6 to 0.84 and 8 to 16
+    blocks did not always decide.)"""
+    spec = lab.spec(SPEC.replace('name = "ab-cpu"', 'name = "ab-cpu"\nworkload_session = "shared"'), "shared.toml")
     # up to 16 blocks (looks at 8, 12, 16): on a quiet machine it is decided at 8; a heavily loaded one
     # (load average 14 here) scatters some blocks the other way, and a second look decides
     r = _ab(lab, str(spec), "--load-b", "stress-ng --cpu 1", "--blocks", "8", "--max-blocks", "16", "--seed", "4",

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from iolab.analysis import ab
 from iolab.core.errors import InputError, IolabError
-from iolab.core.exec import ExecRequest, HostExecutor, Running
+from iolab.core.exec import ExecRequest, HostExecutor, Running, set_session_policy
 from iolab.core.resources import Ledger
 from iolab.runner.manifest import environment
 from iolab.runner.runner import Runner, new_run_id
@@ -202,7 +202,7 @@ class ABStudy:
             ledger = Ledger()
             saved = {k: os.environ.get(k) for k in v.env}
             os.environ.update(v.env)  # the variant's tools (PATH) and environment, for its run only
-            load = _start_load(v.load, ledger) if v.load else None
+            load = _start_load(v.load, ledger, spec.settings.workload_session) if v.load else None
             try:
                 runner = Runner(spec, self.store, self.console, ledger=ledger, before_group=v.hook)
                 runner.instantiate()
@@ -235,11 +235,17 @@ def trials_document(store: Store, run_id: str) -> dict[str, Any]:
         "metrics": t.metrics, "flags": t.flags, "manifest": t.manifest} for t in store.trials(run_id)]}
 
 
-def _start_load(argv: list[str], ledger: Ledger) -> tuple[HostExecutor, Running]:
-    """The variant's load command, started like a workload (own session, own cgroup leaf, in the
-    ledger before it exists) so it ends with its block, on Ctrl-C, or with `iolab clean`."""
+def _start_load(argv: list[str], ledger: Ledger, session: str) -> tuple[HostExecutor, Running]:
+    """The variant's load command, started like the variant's workloads: in the same session
+    placement (`workload_session`: with "shared" it runs in iolab's session beside them, so in
+    their autogroup; with "own" in a session of its own), in a cgroup leaf of its own, in the ledger
+    before it exists, so it ends with its block, on Ctrl-C, or with `iolab clean`."""
     executor = HostExecutor(ledger=ledger)
-    return executor, executor.spawn(ExecRequest(argv=argv, timeout_s=LOAD_TIMEOUT_S))
+    previous = set_session_policy(session)
+    try:
+        return executor, executor.spawn(ExecRequest(argv=argv, timeout_s=LOAD_TIMEOUT_S))
+    finally:
+        set_session_policy(previous)
 
 
 def _stop_load(executor: HostExecutor, running: Running) -> None:
