@@ -103,3 +103,14 @@ def test_rows_match_configurations_by_their_labels_not_their_ids() -> None:
     assert (r.config, r.metric, r.d) == ("bs=4096", "iops", [pytest.approx(math.log(2))] * 3)
     invalid = ab.judge(ab.rows_of([{"A": doc(1, 1000.0), "B": doc(32, 2000.0)}]), ab.Design(), True)
     assert invalid[0].verdict == "invalid"
+
+
+def test_rows_that_are_the_same_numbers_are_one_question_for_holm() -> None:
+    """IOPS, MiB/s and a latency that is 1/IOPS carry the same block differences: one hypothesis,
+    so 8 blocks all one way still decide (2/256 < 0.05), where 3 separate rows would need 0.0167."""
+    d = [-0.5] * 8
+    rows = ab.judge([ab.Row("c", "iops", "", "higher", d), ab.Row("c", "bw_mib_s", "", "higher", d),
+                     ab.Row("c", "read_lat_mean_us", "", "lower", [0.5] * 8)], ab.Design(max_blocks=8), True,
+                    intervals=False)
+    assert {r.verdict for r in rows} == {"regression"}
+    assert len({r.p_holm_beyond for r in rows}) == 1

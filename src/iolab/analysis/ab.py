@@ -213,8 +213,8 @@ def judge(rows: list[Row], design: Design, final: bool, intervals: bool = True) 
         lo, hi = interval(r.d, level) if intervals else (math.nan, math.nan)
         r.ratio, r.lo, r.hi = math.exp(mean), math.exp(lo), math.exp(hi)
         r.extra = {"p_no_change": plain, "blocks": len(r.d), "sd": float(np.std(r.d, ddof=1)) if len(r.d) > 1 else 0}
-    hb = holm([r.p_beyond if r.p_beyond is not None else math.nan for r in usable])
-    hw = holm([r.p_within if r.p_within is not None else math.nan for r in usable])
+    hb = _holm_by_question(usable, [r.p_beyond for r in usable])
+    hw = _holm_by_question(usable, [r.p_within for r in usable])
     for r, pb, pw in zip(usable, hb, hw, strict=True):
         r.p_holm_beyond, r.p_holm_within = pb, pw
         higher = (r.ratio or 1.0) > 1
@@ -244,6 +244,24 @@ def judge(rows: list[Row], design: Design, final: bool, intervals: bool = True) 
         if len(r.d) < 2:
             r.verdict, r.reason = "invalid", f"{len(r.d)} block(s) with values on both sides ({r.missing} without)"
     return rows
+
+
+def _holm_by_question(rows: list[Row], ps: list[float | None]) -> list[float]:
+    """Holm over the distinct questions: rows of one configuration whose block differences are the
+    same numbers (IOPS and MiB/s at one block size: identical log ratios; a latency that is
+    1/IOPS: the same with the sign turned) are one hypothesis (analysis/questions.py)."""
+    keys: dict[tuple[Any, ...], list[int]] = {}
+    for i, r in enumerate(rows):
+        d = np.round(np.asarray(r.d, dtype=float), 9)
+        lead = next((v for v in d if v != 0), 0.0)
+        keys.setdefault((r.config, tuple(d if lead >= 0 else -d)), []).append(i)
+    groups = list(keys.values())
+    adjusted = holm([max((p for i in g if (p := ps[i]) is not None), default=math.nan) for g in groups])
+    out = [math.nan] * len(rows)
+    for g, p in zip(groups, adjusted, strict=True):
+        for i in g:
+            out[i] = p
+    return out
 
 
 def _blocks_needed(sd: float, gap: float, level: float) -> int | None:

@@ -39,7 +39,7 @@ def headline(rows: list[ab.Row], design: ab.Design, blocks: int) -> str:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     shown = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     return (f"A/B over {blocks} block(s), {len(rows)} row(s): {shown or 'nothing measured'} (sign flips across "
-            f"blocks, minimum effect ±{design.min_effect:.0%}, Holm over every row, {len(design.looks)} looks at "
+            f"blocks, minimum effect ±{design.min_effect:.0%}, Holm over every row, {len(design.looks)} look(s) at "
             f"{design.look_alpha:.3g} each)")
 
 
