@@ -6,7 +6,8 @@ A history is a family of series (every configuration x metric of a study), one v
 Consecutive runs are not independent (a slow week, a neighbour that stays), so the noise is
 modelled as a stationary AR(1) process with lag-1 correlation rho, estimated from the whole
 family (`noise_model`: residuals within the segments found, corrected for the downward bias
-of a short series' autocorrelation, plus one standard error as margin).
+of a short series' autocorrelation, plus one standard error as margin), with normal or Student t
+innovations, as heavy-tailed as the family's own (`tails_for`).
 
 **Confirmed changes** (at least MIN_SIDE runs on each side): circular binary segmentation
 (Olshen et al. 2004) finds a candidate: the interval [i, j) of runs whose mean differs most
