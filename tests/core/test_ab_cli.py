@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,3 +145,33 @@ def test_input_errors_are_exit_2_and_create_nothing(lab: Lab, tmp_path: Path) ->
     assert dry["exit"] == 0, dry["stderr"]
     assert "looks after 8, 12, 16, 20 blocks" in dry["stdout"] and "== B" in dry["stdout"]
     assert not db.exists()
+
+
+def test_sigterm_mid_study_ends_the_load_and_keeps_the_blocks(lab: Lab) -> None:
+    """SIGTERM while B runs beside its load: exit 130, the load ended (a `sleep` with a number no one
+    else uses stands for it), the blocks so far stored and reported, the message says it is not resumed."""
+    spec = lab.spec(SPEC)
+    marker = ["sleep", "31337.5"]
+    pattern = r"^sleep 31337\.5$"  # the load's own command line, not iolab's (whose argv names it too)
+    proc = subprocess.Popen([str(IOLAB), "ab", str(spec), "--load-b", " ".join(marker), "--seed", "6", "--json"],
+                            env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, cwd=lab.root)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # wait until B runs beside its load
+            if subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("B's load never started")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "not resumed" in err and "Traceback" not in err
+    assert subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode != 0, "the load survived"
+    run = next(line.split()[2] for line in err.splitlines() if line.startswith("A/B study "))
+    doc = lab.report_json(run)
+    assert doc["status"] == "partial" and doc["extra"]["blocks"][0]["block"] == 1

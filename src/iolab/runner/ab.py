@@ -25,7 +25,8 @@ from typing import Any
 from rich.console import Console
 
 from iolab.analysis import ab
-from iolab.core.errors import InputError, IolabError
+from iolab.core import signals
+from iolab.core.errors import InputError, Interrupted, IolabError
 from iolab.core.exec import ExecRequest, HostExecutor, Running, set_session_policy
 from iolab.core.resources import Ledger
 from iolab.runner.manifest import environment
@@ -185,6 +186,10 @@ class ABStudy:
             # the verdict with every interval (and 'undecided' with its hint when the budget ended)
             self.rows = ab.judge(ab.rows_of(self._documents(), self.metric_names), self.design, True)
             self.status = "complete" if self.rows and any(r.verdict != "invalid" for r in self.rows) else "failed"
+        except (Interrupted, KeyboardInterrupt):  # inside a block's run, or between its steps
+            self.status = "partial"
+            raise Interrupted(f"interrupted: A/B study {self.run_id} keeps its {len(self.blocks)} block(s) so far (its "
+                              "report judges them); an A/B study is not resumed: start it again") from None
         except BaseException:
             self.status = "partial"
             raise
@@ -195,15 +200,18 @@ class ABStudy:
     def _block(self, j: int, order: list[str]) -> None:
         entry: dict[str, Any] = {"block": j, "order": order, "runs": {}}
         self.blocks.append(entry)
+        self.store.set_extra(self.run_id, "blocks", self.blocks)
         for name in order:
             v = self.variants[name]
             spec = fixed_repetitions(v.spec, self.repetitions)
             spec = replace(spec, options={**spec.options, "ab": {"run": self.run_id, "variant": name, "block": j}})
             ledger = Ledger()
             saved = {k: os.environ.get(k) for k in v.env}
-            os.environ.update(v.env)  # the variant's tools (PATH) and environment, for its run only
-            load = _start_load(v.load, ledger, spec.settings.workload_session) if v.load else None
+            load: tuple[HostExecutor, Running] | None = None
             try:
+                os.environ.update(v.env)  # the variant's tools (PATH) and environment, for its run only
+                if v.load:
+                    load = _start_load(v.load, ledger, spec.settings.workload_session)
                 runner = Runner(spec, self.store, self.console, ledger=ledger, before_group=v.hook)
                 runner.instantiate()
                 child = runner.start()
@@ -215,14 +223,15 @@ class ABStudy:
                                    + (f" beside `{shlex.join(v.load)}`" if v.load else ""))
                 runner.run()
             finally:
-                if load is not None:
-                    _stop_load(*load)
-                ledger.release_all()
-                for k, old in saved.items():
-                    if old is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = old
+                with signals.held():  # a second Ctrl-C must not strand the load or the ledger's entries
+                    if load is not None:
+                        _stop_load(*load)
+                    ledger.release_all()  # also ends a load whose start a signal cut short (its pgroup entry)
+                    for k, old in saved.items():
+                        if old is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = old
 
     def _documents(self) -> list[dict[str, dict[str, Any]]]:
         return [{k: trials_document(self.store, rid) for k, rid in blk["runs"].items()} for blk in self.blocks]
