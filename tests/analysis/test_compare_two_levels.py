@@ -128,7 +128,7 @@ def test_fio_percentiles_one_histogram_bucket_apart_are_no_regression() -> None:
     """fio reports a percentile as the middle of a histogram bucket 1/64 of a power of two wide:
     three runs at 7,136 ns and three at 7,200 ns (the next bucket) are not different p99s."""
     lo_v, hi_v = 7136.0, 7200.0  # 2^12 + (47.5 and 48.5) x 64: the middles of neighbouring buckets
-    assert hi_v - lo_v == 2 * fio_engine.histogram_half_width(lo_v)
+    assert hi_v - lo_v == 2 * fio_engine.bucket_half_width_ns(lo_v)
 
     def doc(run: str, value: float) -> dict[str, Any]:
         metrics = fio_engine.job_metrics(_fio_json(value)["jobs"][0])
@@ -146,9 +146,9 @@ def test_fio_percentiles_one_histogram_bucket_apart_are_no_regression() -> None:
 
 
 def test_fio_resolution_of_percentiles_follows_the_histogram() -> None:
-    assert fio_engine.histogram_half_width(127) == 0.0  # exact below 2^7 ns
-    assert fio_engine.histogram_half_width(128) == 1.0  # 2 ns buckets in [128, 256)
-    assert fio_engine.histogram_half_width(1_000_000) == 2**19 / 64 / 2  # [2^19, 2^20): 8192 ns buckets
+    assert fio_engine.bucket_half_width_ns(127) == 0.0  # exact below 2^7 ns
+    assert fio_engine.bucket_half_width_ns(128) == 1.0  # 2 ns buckets in [128, 256)
+    assert fio_engine.bucket_half_width_ns(1_000_000) == 2**19 / 64 / 2  # [2^19, 2^20): 8192 ns buckets
     res = fio_engine.resolution(_fio_json(1_000_000.0))
     assert res["read_clat_p99_us"] == pytest.approx(4.096)
     assert 1 / 256 <= res["read_clat_p99_us"] / 1000.0 <= 1 / 128

@@ -36,7 +36,7 @@ def test_fio_prints_bucket_middles_and_the_resolution_is_half_a_bucket(tmp_path:
         width = 2 ** (msb - fio_engine.PLAT_BITS)
         k = (value - 2**msb) / width - 0.5
         assert k == int(k) and 0 <= k < 64, (value, msb, k)  # the middle of one of the group's 64 buckets
-        assert fio_engine.histogram_half_width(value) == width / 2
+        assert fio_engine.bucket_half_width_ns(value) == width / 2
         checked += 1
     assert checked >= 5, pct
     # the percentiles iolab keeps (p50, p95, p99, p99.9) get half their bucket as resolution, in µs
@@ -46,5 +46,5 @@ def test_fio_prints_bucket_middles_and_the_resolution_is_half_a_bucket(tmp_path:
     for name, key in fio_engine.PERCENTILES.items():
         metric = f"read_clat_{name}_us"
         if key in pct and pct[key] >= 2**7:
-            assert res[metric] == pytest.approx(fio_engine.histogram_half_width(pct[key]) / 1000)
+            assert res[metric] == pytest.approx(fio_engine.bucket_half_width_ns(pct[key]) / 1000)
             assert 1 / 256 <= res[metric] * 1000 / pct[key] <= 1 / 128

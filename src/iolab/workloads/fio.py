@@ -14,9 +14,9 @@ from pydantic import Field, field_validator, model_validator
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
-from iolab.core.units import parse_duration, parse_size
+from iolab.core.units import format_size, parse_duration, parse_size
 from iolab.fleet.metrics import FLEET_METRICS
-from iolab.targets.base import FioFleet, Placement
+from iolab.targets.base import ANY_STORAGE, FioFleet, Needs, Placement
 from iolab.workloads import fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -88,6 +88,14 @@ class FioWorkload(Workload):
         if "runtime" in workload and workload["runtime"] is None:
             return base.with_aggregate(fio_engine.RATE_METRICS, "harmonic")
         return base
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """fio on a file in the target's directory, its given file or its device; also on a fleet."""
+        p = FioParams(**workload)
+        return Needs(where=frozenset({"host", "guest", "fleet"}), storage=ANY_STORAGE,
+                     capacity=p.size, apps=frozenset({"fio"}),
+                     why={"capacity": f"size = {format_size(p.size)}: its data file or device region"})
 
     def estimate_seconds(self) -> float:
         p = self.params

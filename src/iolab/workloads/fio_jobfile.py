@@ -18,7 +18,7 @@ from iolab.core import paths
 from iolab.core.errors import TrialFailed
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import parse_duration, parse_size
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement, TargetOffer
 from iolab.workloads import fio_engine, fio_sandbox
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.fio import cpu_flags
@@ -108,18 +108,24 @@ class FioJobFileWorkload(Workload):
         return fio_sandbox.parse(self.params.job_text, self.params.job_file).estimate_seconds(self.params.caps)
 
     @classmethod
-    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """Validation with the target known: in a `host` target's own directory (which may hold
-        symlinks), names are resolved at spec time too, so a link pointing out is an input error."""
-        directory = target.get("directory") if target.get("kind") == "host" else None
-        if not directory:
-            return  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """fio where it runs; the job's files land in the target's directory, else in iolab's work
+        dir. In a directory the user named on the host (which may hold symlinks), its names are
+        resolved at spec time too, so a link pointing out is an input error."""
         p = FioJobFileParams(**workload)
-        work = str(paths.scratch_dir() / "iolab-work")
-        try:
-            fio_sandbox.check_paths(check_job_text(p.job_text, p.job_file), [directory, work], work, directory)
-        except fio_sandbox.JobFileRefused as exc:
-            raise ValueError(str(exc)) from None
+
+        def names_stay_inside(offer: TargetOffer) -> str | None:
+            if offer.where != "host" or not offer.directory:
+                return None  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
+            work = str(paths.scratch_dir() / "iolab-work")
+            try:
+                fio_sandbox.check_paths(check_job_text(p.job_text, p.job_file), [offer.directory, work], work,
+                                        offer.directory)
+            except fio_sandbox.JobFileRefused as exc:
+                return str(exc)
+            return None
+
+        return Needs(apps=frozenset({"fio"}), check=names_stay_inside)
 
     def touches(self) -> list[str]:
         """What the job writes besides its own files (for --dry-run): guarded block devices."""
