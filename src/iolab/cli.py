@@ -416,7 +416,7 @@ def migrate(db: str | None) -> None:
 @db_option
 def history(study: str, host: str | None, config_id: str | None, metric_names: tuple[str, ...], limit: int,
             power: bool, show_all: bool, as_json: bool, html_path: Path | None, db: str | None) -> None:
-    """STUDY over its runs: every configuration x metric (median per run), judged together
+    """STUDY over its runs: every configuration x metric (median per run; a count: its mean), judged together
     (Holm over all of them at 5 %), with confirmed changes (>= 3 runs on each side), a change
     suspected in the newest 1-2 runs, each with its size and 95 % interval and what changed in the
     machine at it (kernel, fio, QEMU, iolab). docs/store.md#history."""

@@ -114,3 +114,26 @@ def test_rows_that_are_the_same_numbers_are_one_question_for_holm() -> None:
                     intervals=False)
     assert {r.verdict for r in rows} == {"regression"}
     assert len({r.p_holm_beyond for r in rows}) == 1
+
+
+def test_an_error_count_from_zero_is_a_regression_not_a_missing_block() -> None:
+    """A count (declared in the `count` range, its estimand the mean per trial) that is 0 in A and
+    hundreds in B is evidence: every block has a difference, and B is the regression. With the
+    geometric mean of positive values (the old rows), A's zeros left no value and the row was invalid."""
+    def doc(errors: list[float], rng: np.random.Generator) -> dict:
+        w = {"kind": "ycsb"}
+        return {"trials": [{"id": f"c-r{j}", "params": {"_workload": w}, "status": "ok",
+                            "metrics": {"run_errors": e, "run_ops_s": 1000.0 * (1 + 0.01 * rng.standard_normal())},
+                            "manifest": {}, "flags": []} for j, e in enumerate(errors)]}
+    rng = np.random.default_rng(5)
+    blocks = [{"A": doc([0.0, 0.0, 0.0], rng), "B": doc([0.0, 383.0, 390.0], rng)} for _ in range(8)]
+    rows = {r.metric: r for r in ab.judge(ab.rows_of(blocks), ab.Design(max_blocks=8), True)}
+    errors = rows["run_errors"]
+    assert errors.missing == 0 and len(errors.d) == 8
+    assert errors.d[0] == pytest.approx(math.log((773 / 3 + 0.5) / 0.5))
+    assert errors.verdict == "regression", errors.reason
+    assert rows["run_ops_s"].verdict != "regression"
+    # no errors on either side: ties (d = 0), which the equivalence test calls no difference
+    same = [{"A": doc([0.0, 0.0], rng), "B": doc([0.0, 0.0], rng)} for _ in range(8)]
+    quiet = {r.metric: r for r in ab.judge(ab.rows_of(same), ab.Design(max_blocks=8), True)}["run_errors"]
+    assert quiet.d == [0.0] * 8 and quiet.verdict == "no difference", quiet.reason

@@ -5,7 +5,10 @@ The unit of evidence is the block: in block j, A and B ran one after the other i
 each as a run of its own (new target set-up, new processes, new image or guest boot), so
 whatever moves whole runs (page cache, thermal state, a neighbour, the image's place on disk)
 moves both variants of a block alike or randomly. Per configuration and metric the block's
-difference is d_j = mean(log B_j) - mean(log A_j) (the log of B/A of its geometric means).
+difference is d_j = mean(log B_j) - mean(log A_j) (the log of B/A of its geometric means); for an
+event count (a metric declared in the `count` range: errors, retransmits) d_j = log((b_j + 1/2) /
+(a_j + 1/2)) of the means per trial, so an error counter that goes from 0 to 383 is evidence, not
+a block without a value (the half keeps zero finite; under "B is A" d_j is still symmetric).
 
 * **Test: sign flips across blocks** (a permutation test for paired data; exact over all 2^J sign
   patterns up to EXACT_BLOCKS blocks, else MONTE_CARLO random ones). Under "B is A" the order in
@@ -179,7 +182,8 @@ def rows_of(blocks: Sequence[Mapping[str, dict[str, Any]]], metric_names: Sequen
                         (decl.direction == "neither" and not metric_names):
                     continue
                 row = per.setdefault((label, m), Row(label, m, decl.unit, decl.direction, []))
-                la, lb = _log_mean(ta, m), _log_mean(tb, m)
+                level = _log_count if decl.estimand == "mean" else _log_mean
+                la, lb = level(ta, m), level(tb, m)
                 if la is None or lb is None:
                     row.missing += 1
                 else:
@@ -197,6 +201,15 @@ def _log_mean(trials: list[dict[str, Any]], m: str) -> float | None:
     vals = [t["metrics"].get(m) for t in trials if t["status"] == "ok"]
     xs = [math.log(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
     return float(np.mean(xs)) if xs else None
+
+
+def _log_count(trials: list[dict[str, Any]], m: str) -> float | None:
+    """An event count's level in one run: log(mean per trial + 1/2). Zeros are evidence (0 -> 383
+    errors is a block where B is worse, never a missing one); the half keeps a run without events
+    finite and makes two such runs a tie (d = 0)."""
+    vals = [float(v) for t in trials if t["status"] == "ok"
+            if isinstance(v := t["metrics"].get(m), (int, float)) and math.isfinite(v) and v >= 0]
+    return math.log(float(np.mean(vals)) + 0.5) if vals else None
 
 
 def judge(rows: list[Row], design: Design, final: bool, intervals: bool = True) -> list[Row]:

@@ -21,8 +21,10 @@ For every configuration both runs measured and every metric with a declared dire
   interval and the p-value of "no change", and the p-value of "the change is within the
   noise threshold" (default ±2 %): small only when the data show a change *larger than the
   threshold*;
-* counts (errors, retransmits: `counts.COUNT_UNITS`) by a quasi-Poisson rate test, so an error
-  counter going from 0 to 383 is a regression, not an undefined ratio;
+* counts (errors, retransmits: metrics declared in the `count` range, whose estimand is the mean
+  per trial; `counts.is_count`) by a quasi-Poisson rate test, so an error counter going from 0
+  to 383 is a regression, not an undefined ratio; a metric whose declared range allows negative
+  values has no log ratio and is listed among the skipped metrics;
 * Holm's correction of those p-values over all rows, so the chance that any row claims a change
   beyond the threshold that is not there stays below 5 %, however many rows are compared;
 * a verdict: `improvement` / `regression` when that Holm-adjusted p-value is below 0.05, its
@@ -95,8 +97,11 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
             if decl is None or decl.direction == "neither":
                 skipped.add(m)  # no direction: neither better nor worse (settings, diagnostics)
                 continue
+            if not counts.is_count(decl) and decl.range.lo < 0:
+                skipped.add(m)  # can be negative (a change, a log): no ratio of positive levels
+                continue
             row = _base_row(cid, label_text(ta[0], cid), m, decl, ea, eb, oa, ob, ta, tb)
-            if decl.unit in counts.COUNT_UNITS:
+            if counts.is_count(decl):
                 _count_row(row, a, past, cid, m, oa, ob)
             else:
                 measured.append((row, runlevel.reference(a, past, cid, m), oa, ob, m))

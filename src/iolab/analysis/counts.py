@@ -9,7 +9,8 @@ Poisson count would (bursts of errors, and run-to-run differences when A's refer
 several runs) by the quasi-Poisson dispersion phi >= 1: the Pearson statistic of the trials
 around their side's rate per degree of freedom. Counts are divided by phi before the test
 (Wedderburn 1974; McCullagh & Nelder, ch. 6), so a count that scatters widely needs a
-larger change to count. Which metrics are counts is declared, by their unit (`COUNT_UNITS`).
+larger change to count. Which metrics are counts is declared: a metric whose range is an event
+count (core/metrics.py, the `count` domain, whose estimand is the mean per trial; `is_count`).
 Pure: numbers in, numbers out.
 """
 
@@ -22,8 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-# Declared units that count events per trial (core/metrics.py declarations use these words).
-COUNT_UNITS = frozenset({"operations", "requests", "events", "segments", "I/Os", "calls", "errors", "hosts"})
+from iolab.core import metrics
+
+
+def is_count(decl: metrics.Metric) -> bool:
+    """A metric declared as an event count (its range is the `count` domain, its estimand the
+    mean per trial): compared as a rate, never by the logarithm of its values."""
+    return decl.range.integer
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """A study's history: every configuration's metrics over its runs, with the steps in them named.
 
-Each run contributes one point per configuration and metric: the median of the metric over the
-run's successful trials of it (robust to one odd repetition), at the run's creation time, with
+Each run contributes one point per configuration and metric: the metric's declared estimand over
+the run's successful trials of it (the median, robust to one odd repetition; an event count's mean
+per trial), at the run's creation time, with
 the versions its environment recorded. The family is every configuration x every metric with a
 declared direction (or the metrics asked for): analysis/changepoints.py judges it at once,
 with Holm over the family, and each change gets its size with an interval and the environment
@@ -82,6 +83,7 @@ class Series:
     relative: bool = True  # ratio is after/before (log scale); False: a difference
     noise_cv: float | None = None  # residual SD between runs (relative when `relative`)
     events: list[Event] = field(default_factory=list)
+    estimand: str = "median"  # what each run's point is over its trials (the metric's declared estimand)
 
 
 @dataclass
@@ -92,7 +94,8 @@ class History:
     family: int  # series judged together
     tails: float = math.inf  # degrees of freedom of the t innovations the nulls assumed (inf: normal)
     alpha: float = cp.ALPHA
-    method: str = ("median per run; circular binary segmentation, each end tested on its own (>= 3 runs per side), "
+    method: str = ("median per run (a count: its mean per trial); circular binary segmentation, each end tested on "
+                   "its own (>= 3 runs per side), "
                    "newest 1-3 runs against the baseline window; AR(1) between runs; Holm over every configuration "
                    "and metric at 5 %")
 
@@ -136,7 +139,7 @@ def build(runs: list[RunData], metric: str | tuple[str, ...] | None = None, conf
                     if (t.config_id, m) not in decls:
                         decls[(t.config_id, m)] = metrics.for_workload((t.params or {}).get("_workload") or {}).get(m)
         for key, vs in values.items():
-            raw.setdefault(key, []).append(Point(rec.run_id, rec.created, statistics.median(vs), len(vs),
+            raw.setdefault(key, []).append(Point(rec.run_id, rec.created, run_value(decls.get(key), vs), len(vs),
                                                  {k: rec.environment.get(k) for k, _ in ENVIRONMENT}))
     keys = sorted(raw)
     family: dict[Hashable, list[float]] = {k: [p.value for p in raw[k]] for k in keys}
@@ -149,12 +152,21 @@ def build(runs: list[RunData], metric: str | tuple[str, ...] | None = None, conf
         points = raw[key]
         s = Series(cid, m, points, label=labels.get(cid, ""), unit=decl.unit if decl else "",
                    direction=decl.direction if decl else "neither", relative=res.logged,
-                   noise_cv=_noise(points, res, model.rho))
+                   noise_cv=_noise(points, res, model.rho), estimand=decl.estimand if decl else "median")
         s.changes = [_named(c, points, s.direction) for c in res.changes]
         s.events = replay(points, res, model.rho, cp.ALPHA / max(2 * len(keys), 1), cp.null_size(2 * len(keys)),
                           model.tails)
         out.append(s)
     return History(out, model.rho, model.estimate, len(keys), tails=model.tails)
+
+
+def run_value(decl: metrics.Metric | None, values: list[float]) -> float:
+    """A run's point for one configuration and metric: the declared estimand over its trials, the
+    median of a measured quantity (robust to one odd repetition), the mean per trial of an event
+    count (errors in one trial of five are a run with errors; their median would be 0)."""
+    if decl is not None and decl.estimand == "mean":
+        return statistics.fmean(values)
+    return statistics.median(values)
 
 
 def _noise(points: list[Point], res: cp.SeriesResult, rho: float) -> float | None:

@@ -116,6 +116,10 @@ def history_json(h: History, powers: dict[str, list[Power]] | None = None) -> st
     return json.dumps(doc, indent=2)
 
 
+def _per_run(s: Series) -> str:
+    return "mean per trial of each run" if s.estimand == "mean" else "median per run"
+
+
 def history_text(h: History, powers: dict[str, list[Power]] | None = None, detail: bool = False) -> str:
     """The family's summary, then the runs of every series with a change (every series when `detail`)."""
     out = [f"{len(h.series)} series (configuration x metric), judged together: "
@@ -126,7 +130,7 @@ def history_text(h: History, powers: dict[str, list[Power]] | None = None, detai
         if not (s.changes or detail):
             continue
         marks = {c.index: "▶" if c.status == "confirmed" else "?" for c in s.changes}
-        out.append(f"\n{s.config_id} {s.label}: {s.metric} (median per run), {len(s.points)} runs, "
+        out.append(f"\n{s.config_id} {s.label}: {s.metric} ({_per_run(s)}), {len(s.points)} runs, "
                    f"{len(s.changes)} change(s)")
         out.append(text_table(["", "run", "started", s.metric, "n", "kernel", "fio", "iolab"], [
             [marks.get(i, ""), p.run_id, _started(p.created), p.value, str(p.n),
