@@ -40,3 +40,14 @@ def test_a_count_is_followed_by_its_mean_a_rate_by_its_median() -> None:
     # errors that start are a change at run 9, a regression (lower is better); the rate has none
     assert [(c.index, c.verdict) for c in errors.changes] == [(9, "regression")], errors.changes
     assert not rate.changes
+
+
+def test_runs_without_declared_directions_still_have_a_history() -> None:
+    """Runs whose workload iolab does not know (no declarations) are followed on every stored metric,
+    their changes neither better nor worse, rather than 'no successful trials'."""
+    runs = [RunData(f"r{i}", float(i), {"hostname": "h"},
+                    [TrialResult("c-r0", "c", 0, {}, "ok", None, {"iops": 100.0 + (i % 2)}, {}, {})])
+            for i in range(4)]
+    (s,) = build(runs).series
+    assert (s.metric, s.direction, len(s.points)) == ("iops", "neither", 4)
+    assert build(runs, "other").series == []  # a metric asked for that no run has: nothing to follow

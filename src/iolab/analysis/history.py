@@ -101,17 +101,21 @@ class History:
 
 
 def metric_names(trials: list[TrialResult], wanted: tuple[str, ...]) -> dict[str, list[str]]:
-    """Per configuration, the metrics to follow: `wanted`, else every one with a declared direction."""
+    """Per configuration, the metrics to follow: `wanted`, else every one with a declared direction;
+    when no stored metric has one (runs whose workload iolab no longer knows), every metric, whose
+    changes are then `change`, neither better nor worse."""
     out: dict[str, set[str]] = {}
+    every: dict[str, set[str]] = {}
     for t in trials:
         if t.status != "ok":
             continue
         declared = metrics.for_workload((t.params or {}).get("_workload") or {})
         for m in t.metrics:
+            every.setdefault(t.config_id, set()).add(m)
             decl = declared.get(m)
             if (m in wanted) if wanted else (decl is not None and decl.direction != "neither"):
                 out.setdefault(t.config_id, set()).add(m)
-    return {c: sorted(ms) for c, ms in out.items()}
+    return {c: sorted(ms) for c, ms in (out or ({} if wanted else every)).items()}
 
 
 def build(runs: list[RunData], metric: str | tuple[str, ...] | None = None, config: str | None = None,
