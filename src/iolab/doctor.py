@@ -29,7 +29,7 @@ from iolab.core import paths, registry, sizing
 from iolab.core.errors import IolabError
 from iolab.core.sizing import Llc, Memory, mib
 from iolab.fleet import serve as fleet_serve
-from iolab.runner.manifest import cgroup_mode, environment
+from iolab.runner.manifest import cgroup_mode, environment, sched_autogroup
 from iolab.store import registry as stores
 from iolab.store import schema
 from iolab.store.spool import Spool
@@ -180,6 +180,25 @@ def governor_check(governors: dict[str, str], driver: str | None) -> Check:
                                          f"({driver or 'cpufreq'}): the clock follows the load, so "
                                          "short trials run slower; set performance "
                                          "(cpupower frequency-set -g performance)")
+
+
+def autogroup_check(enabled: int | None) -> Check:
+    """How the scheduler will share CPU between iolab's workloads and everything else: with
+    autogroups on, per session first. iolab starts each host workload in a session of its own
+    ([study] workload_session = "own", the default), so it gets its own group."""
+    if enabled is None:
+        return Check("autogroup", "ok", "no autogroups in this kernel: CPU is shared thread by thread, whatever the "
+                                        "session; workload_session changes nothing here")
+    if enabled == 0:
+        return Check("autogroup", "ok", "kernel.sched_autogroup_enabled = 0: CPU is shared thread by thread; a "
+                                        "workload competes with every busy thread on the machine")
+    return Check("autogroup", "ok", "kernel.sched_autogroup_enabled = 1: the scheduler shares CPU between sessions "
+                                    "first. iolab starts each host workload in a session of its own (workload_session "
+                                    "= \"own\", recorded in every run's manifest), so under contention a CPU-bound "
+                                    "workload gets one session's share, however many threads other sessions run: it "
+                                    "measures more than the same command run inside a busy session would. "
+                                    "workload_session = \"shared\" keeps workloads in iolab's session; compare names "
+                                    "a difference in either setting")
 
 
 def boost_check(boost: str | None, no_turbo: str | None) -> Check:
@@ -444,6 +463,7 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         compiler_check(shutil.which("cc"), shutil.which("gcc")),
         governor_check(governors, driver),
         boost_check(boost, no_turbo),
+        autogroup_check(sched_autogroup()),
         cpu_load_check(cpu_use()),
         swap_check(host),
         memory_check(host),
