@@ -13,6 +13,7 @@ import copy
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -21,10 +22,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from iolab.cgroups.trial import SpawnCgroup, TrialCgroup
+from iolab.core import diskguard, signals
 from iolab.core import owner as owners
-from iolab.core import signals
+from iolab.core.confine import Confinement
+from iolab.core.errors import RefusedError
 from iolab.core.resources import Ledger, Resource
 from iolab.core.signals import STOP_SIGNALS
 
@@ -40,8 +44,20 @@ class ExecRequest:
     # cgroup.procs files the process joins before exec (after its own leaf, cgroups.trial),
     # so its first I/O is already charged
     cgroup_procs: list[str] = field(default_factory=list)
-    # files to read back from the work dir after the run (e.g. fio --output)
+    # files to read back from the work dir after the run (e.g. fio --output), each up to MAX_OUTPUT
     collect: list[str] = field(default_factory=list)
+    # block devices this process may also write (a device an imported job file names): on a
+    # confined host executor each must be one the user named with --destroy-data
+    devices: list[str] = field(default_factory=list)
+    # False only for iolab's own fixed commands that act on the machine (dropping the page
+    # cache): never for a process whose arguments or input come from a spec or a job file
+    confined: bool = True
+
+
+# What is read back of a process's stdout, stderr and each collected file. A process whose
+# stdout or stderr grows past it is killed (fio told to write its data to stdout, `filename=-`,
+# would otherwise fill the spool file and iolab's memory).
+MAX_OUTPUT = 64 << 20
 
 
 @dataclass
@@ -55,6 +71,7 @@ class ExecResult:
     cpu_sys_s: float
     timed_out: bool = False
     collected: dict[str, str] = field(default_factory=dict)
+    output_exceeded: bool = False  # killed because stdout/stderr grew past MAX_OUTPUT
 
     @property
     def cpu_busy(self) -> float:
@@ -106,7 +123,8 @@ class _HostRunning(Running):
     what escapes its session or is reparented (fio's job processes, a forked sleeper): the
     CPU time of the result is read from it, and kill() ends the whole tree through it."""
 
-    def __init__(self, req: ExecRequest, workdir: Path, leaf: SpawnCgroup, spawn_tag: str | None = None):
+    def __init__(self, req: ExecRequest, workdir: Path, leaf: SpawnCgroup, spawn_tag: str | None = None,
+                 argv: list[str] | None = None):
         self.req = req
         self.workdir = workdir
         self.leaf = leaf
@@ -123,7 +141,7 @@ class _HostRunning(Running):
         if spawn_tag:  # inherited by every descendant: `iolab clean` also finds them by it
             env[owners.ENV_SPAWN] = spawn_tag
         self.proc = subprocess.Popen(
-            req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
+            argv or req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True, preexec_fn=_child_setup,
         )
         self._result: ExecResult | None = None
@@ -133,13 +151,14 @@ class _HostRunning(Running):
         if self._result is not None:
             return self._result
         deadline = self.t0 + self.req.timeout_s
-        timed_out = False
+        timed_out = exceeded = False
         while True:
             pid, status = self._wait(os.WNOHANG)
             if pid:
                 break
-            if time.monotonic() > deadline:
-                timed_out = True
+            exceeded = _spooled(self._out) > MAX_OUTPUT or _spooled(self._err) > MAX_OUTPUT
+            if exceeded or time.monotonic() > deadline:
+                timed_out = not exceeded
                 self.kill()
                 pid, status = self._wait(0)
                 break
@@ -154,14 +173,15 @@ class _HostRunning(Running):
         self._err.seek(0)
         collected = {}
         for name in self.req.collect:
-            p = self.workdir / name
-            if p.exists():
-                collected[name] = p.read_text(errors="replace")
+            text = _read_capped(self.workdir / name)
+            if text is not None:
+                collected[name] = text
         self._result = ExecResult(
             argv=self.req.argv, returncode=self.proc.returncode,
-            stdout=self._out.read().decode(errors="replace"),
-            stderr=self._err.read().decode(errors="replace"),
+            stdout=self._out.read(MAX_OUTPUT).decode(errors="replace"),
+            stderr=self._err.read(MAX_OUTPUT).decode(errors="replace"),
             wall_s=wall_s, cpu_user_s=user_s, cpu_sys_s=sys_s, timed_out=timed_out, collected=collected,
+            output_exceeded=exceeded,
         )
         self._out.close()
         self._err.close()
@@ -189,6 +209,9 @@ class _HostRunning(Running):
 class HostExecutor(Executor):
     """Runs commands on the host in a private work dir removed at close().
 
+    With a `confinement` (core.confine; every target that runs a trial's I/O gives one),
+    each process runs inside it, the work dir writable besides what the confinement names.
+
     Every process goes into a cgroup leaf of its own (cgroups.trial): inside the trial's
     cgroup when the executor was given one (`within()`, the runner does it per trial),
     else at the hierarchy root. With a ledger, the work dir and every process are recorded
@@ -201,7 +224,7 @@ class HostExecutor(Executor):
     name = "host"
 
     def __init__(self, parent: Path | None = None, ledger: Ledger | None = None,
-                 cgroup: TrialCgroup | None = None):
+                 cgroup: TrialCgroup | None = None, confinement: Confinement | None = None):
         parent = parent if parent is not None else Path(tempfile.gettempdir())
         parent.mkdir(parents=True, exist_ok=True)
         self.ledger = ledger
@@ -215,6 +238,7 @@ class HostExecutor(Executor):
             with ledger.creating("dir", str(self.workdir), recursive=True) as res:
                 self.workdir.mkdir(mode=0o700)
             self._dir_res = res
+        self.confinement = confinement.with_writable(str(self.workdir)) if confinement is not None else None
 
     def within(self, cgroup: TrialCgroup | None) -> HostExecutor:
         """This executor (same work dir and ledger), placing what it starts in `cgroup`."""
@@ -229,17 +253,29 @@ class HostExecutor(Executor):
         tag = uuid.uuid4().hex[:16]
         leaf = self.cgroup.spawn_group(tag) if self.cgroup is not None else SpawnCgroup.standalone(tag)
         leaf.place(req.cgroup_procs)
+        argv = self.confined_argv(req)
         if self.ledger is None:
             with signals.held():
                 leaf.make()
-                return _started(req, self.workdir, leaf, tag)
+                return _started(req, self.workdir, leaf, tag, argv)
         ledger = self.ledger
         with ledger.creating("pgroup", "", spawn=tag, **leaf.ledger_info()) as res:
             leaf.make()
-            running = _started(req, self.workdir, leaf, tag)
+            running = _started(req, self.workdir, leaf, tag, argv)
             ledger.update(res, ident=str(running.proc.pid), start=_start_time(running.proc.pid))
         running.on_reaped = lambda: ledger.forget(res)
         return running
+
+    def confined_argv(self, req: ExecRequest) -> list[str]:
+        """The argv that runs `req`: inside the confinement (the request's devices granted only
+        if the user named them with --destroy-data), or as it is without one."""
+        if self.confinement is None or not req.confined:
+            return list(req.argv)
+        for dev in req.devices:
+            if not diskguard.destroy_allowed(dev):
+                raise RefusedError(f"{dev}: a process may write a block device iolab did not make only when the "
+                                   f"user names it with --destroy-data {dev}")
+        return self.confinement.argv(req.argv, cwd=str(self.workdir), extra_devices=req.devices)
 
     def close(self) -> None:
         if not self._owns_workdir:
@@ -250,10 +286,10 @@ class HostExecutor(Executor):
             self._dir_res = None
 
 
-def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str) -> _HostRunning:
+def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str, argv: list[str]) -> _HostRunning:
     """Popen in the leaf made just before; a Popen that fails leaves no leaf behind."""
     try:
-        return _HostRunning(req, workdir, leaf, tag)
+        return _HostRunning(req, workdir, leaf, tag, argv)
     except BaseException:
         leaf.remove()
         raise
@@ -262,3 +298,26 @@ def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str) -> _H
 def _start_time(pid: int) -> str:
     start = owners.start_time(pid)
     return "" if start is None else str(start)
+
+
+def _spooled(f: IO[bytes]) -> int:
+    """Bytes a process wrote to its spooled stdout or stderr so far."""
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (OSError, ValueError):
+        return 0
+
+
+def _read_capped(path: Path) -> str | None:
+    """A collected file's text, at most MAX_OUTPUT bytes of it; None if absent or not a regular file
+    (a job can make its output name a FIFO or a link to /dev/zero)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = f.read(MAX_OUTPUT + 1)
+    text = data[:MAX_OUTPUT].decode(errors="replace")
+    return text + (f"\n[iolab: cut at {MAX_OUTPUT >> 20} MiB]" if len(data) > MAX_OUTPUT else "")

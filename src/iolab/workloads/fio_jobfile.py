@@ -144,7 +144,8 @@ class FioJobFileWorkload(Workload):
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         text = self.runnable_text(placement)
-        data, res = fio_engine.run_fio(placement.executor, text, timeout_s)
+        devices = fio_sandbox.check_paths(check_job_text(self.params.job_text, self.params.job_file))
+        data, res = fio_engine.run_fio(placement.executor, text, timeout_s, devices=devices)
         return WorkloadResult(metrics=fio_engine.summed_metrics(data), raw=data, job_text=text,
                               flags=cpu_flags(res.cpu_busy, len(data["jobs"])) + fio_engine.short_run_flags(data),
                               cpu_busy=res.cpu_busy, resolution=fio_engine.resolution(data))

@@ -323,7 +323,7 @@ def _device(source: str, opt: Option, name: str) -> list[str]:
                                                "only relative names, a block device that holds no data, /dev/null "
                                                "and /dev/zero") from None
     try:
-        diskguard.check_free(node.path)
+        diskguard.check_named(node.path)
     except RefusedError as exc:
         raise JobFileRefused(source, opt.line, f"fio option filename: {exc}") from None
     return [node.path]
