@@ -172,17 +172,17 @@ def test_a_shared_device_is_restored_only_when_the_last_run_ends(lab: Lab) -> No
                             + f'[target]\nkind = "cgroups"\ncontroller = "{controller}"\ndevice = "{dev}"\n'
                             + fio_workload(runtime=runtime), name=f"{name}.toml")
 
-        long_run = lab.popen("run", spec("long", "bfq", 60, 2))  # outlasts the test; stopped below
+        long_run = lab.popen("run", spec("long", "bfq", 60, 2), "--destroy-data", dev)  # outlasts the test; stopped below
         procs.append(long_run)
         token_long = owned.token_of(long_run.pid)
         lab.wait_until(lambda: owned.claims(token_long) and _queue(dev) == ("bfq", "0"), 60,
                        "the long run's scheduler claim", long_run)
-        short = lab.iolab("run", spec("short", "bfq", 2, 1), timeout=120)
+        short = lab.iolab("run", spec("short", "bfq", 2, 1), "--destroy-data", dev, timeout=120)
         assert short.returncode == 0, short.stderr
         assert long_run.poll() is None, "the long run must outlast the short one"
         assert _queue(dev) == ("bfq", "0"), "restored when the first run ended, under the other one"
 
-        other = lab.iolab("run", spec("other", "none", 1, 1), timeout=120)
+        other = lab.iolab("run", spec("other", "none", 1, 1), "--destroy-data", dev, timeout=120)
         assert other.returncode == 1, other.stdout + other.stderr  # no trial could run: a failed run
         errors = {row[3] for row in lab.query("SELECT t.trial_id, t.config_id, t.status, t.error FROM trials t "
                                                 "JOIN runs r ON r.id = t.run_id WHERE r.study = 'other'")}

@@ -18,9 +18,9 @@ process that does a trial's I/O runs in a private mount namespace where
   device the user named with --destroy-data, /dev/kvm for QEMU). A symlink to /dev/vda then
   points at nothing. The writable binds are `nodev`, so a device node planted in a
   directory opens nothing either;
-* /proc is the process's own (a private pid namespace; /proc/sys and /proc/sysrq-trigger
-  are read-only), /sys is read-only (so no process can leave its cgroup), IPC, UTS and, by
-  default, network namespaces are private;
+* /proc is the process's own (a private pid namespace) and read-only whole (uid 0 without
+  capabilities could still write the root-owned sysctls in /proc/sys), /sys is read-only (so
+  no process can leave its cgroup), IPC, UTS and, by default, network namespaces are private;
 * the capabilities are only those that reading and writing the allowed files needs
   (DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER), under no_new_privs: no mount, no mknod, no raw
   I/O, no real-time I/O priority or negative nice (CAP_SYS_NICE), no way to gain more by exec.
@@ -113,7 +113,10 @@ class Confinement:
             raise CapabilityMissing("bwrap (bubblewrap) not found: iolab confines every trial's processes with it. "
                                     "Debian/Ubuntu: apt-get install bubblewrap")
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev"]
-        args += ["--unshare-pid", "--proc", "/proc"] if self.private_pids else ["--ro-bind", "/proc", "/proc"]
+        # a fresh /proc read-only whole: as uid 0, even without capabilities, a process may write
+        # the root-owned files in /proc/sys (drop_caches, ...) and /proc/scsi, /proc/mtrr
+        args += (["--unshare-pid", "--proc", "/proc", "--remount-ro", "/proc"] if self.private_pids
+                 else ["--ro-bind", "/proc", "/proc"])
         args += ["--unshare-ipc", "--unshare-uts"] + ([] if self.share_net else ["--unshare-net"])
         for h in self.hidden:
             args += ["--tmpfs", h, "--remount-ro", h]

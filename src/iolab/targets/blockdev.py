@@ -67,11 +67,12 @@ class BlockDeviceTarget(Target):
 
     def setup(self) -> Placement:
         self.preflight()
-        self.executor = HostExecutor(paths.scratch_dir(), self.ledger,
-                                     confinement=Confinement(devices=(self.params.device,)))
+        confinement = Confinement(devices=(self.params.device,))
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = os.path.basename(self.params.device)
         return Placement(executor=self.executor, path=self.params.device, host_device=dev, is_block_device=True,
-                         manifest={"target": "device", "queue": blockinfo.queue_settings(dev)})
+                         manifest={"target": "device", "queue": blockinfo.queue_settings(dev),
+                                   "confinement": confinement.manifest()})
 
     def teardown(self) -> None:
         if self.executor:

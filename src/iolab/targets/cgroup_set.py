@@ -153,7 +153,8 @@ class CgroupSetTarget(Target):
         self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = os.path.basename(device)
         manifest = {"target": "cgroups", "controller": controller, "requested_controller": p.controller,
-                    "queue": blockinfo.queue_settings(dev), **self.session.manifest()}
+                    "queue": blockinfo.queue_settings(dev), **self.session.manifest(),
+                    "confinement": confinement.manifest()}
         groups: WeightedGroups = SessionGroups(self.session)  # mypy checks the whole protocol here
         if self.loop:
             manifest["image"] = str(self.loop.image)

@@ -82,7 +82,8 @@ class HostDirTarget(Target):
         confinement = Confinement(writable=(directory,), protected=protected)
         self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = blockinfo.device_of_path(directory)
-        manifest: dict[str, Any] = {"target": "host", "directory": directory, "filesystem": _fstype(directory)}
+        manifest: dict[str, Any] = {"target": "host", "directory": directory, "filesystem": _fstype(directory),
+                                    "confinement": confinement.manifest()}
         if dev:
             manifest["queue"] = blockinfo.queue_settings(dev)
         return Placement(executor=self.executor, directory=directory, host_device=dev, manifest=manifest)

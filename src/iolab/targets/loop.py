@@ -192,7 +192,8 @@ class LoopTarget(Target):
         self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = os.path.basename(self.loop.device)
         manifest = {"target": "loop", "queue": blockinfo.queue_settings(dev), "image": str(self.loop.image),
-                    "backing_device": blockinfo.device_of_path(str(self.loop.image))}
+                    "backing_device": blockinfo.device_of_path(str(self.loop.image)),
+                    "confinement": confinement.manifest()}
         if self.loop.mountpoint:
             return Placement(executor=self.executor, directory=str(self.loop.mountpoint), host_device=dev,
                              manifest=manifest)
