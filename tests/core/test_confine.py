@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.core.canary import Canaries
+from tests.core.helpers import needs_fio, needs_root
 
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import diskguard
 from iolab.core.confine import NOBODY, Confinement, preexisting
 from iolab.core.errors import RefusedError
 from iolab.core.exec import ExecRequest, HostExecutor
-from tests.core.canary import Canaries
-from tests.core.helpers import needs_fio, needs_root
 
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap (bubblewrap)")]
 
@@ -166,7 +166,8 @@ def test_preexisting_entries_of_a_host_directory_cannot_be_written_removed_or_re
         for what, script in {
             "overwrite": f"echo x > {d}/data.bin", "append": f"echo x >> {d}/data.bin",
             "truncate": f"truncate -s 0 {d}/data.bin", "remove": f"rm -f {d}/data.bin",
-            "rename-away": f"mv {d}/data.bin {d}/moved", "rename-over": f"echo n > {d}/n && mv -f {d}/n {d}/data.bin; rc=$?; rm -f {d}/n; exit $rc",
+            "rename-away": f"mv {d}/data.bin {d}/moved",
+            "rename-over": f"echo n > {d}/n && mv -f {d}/n {d}/data.bin; rc=$?; rm -f {d}/n; exit $rc",
             "hard-link": f"ln {d}/data.bin {d}/hl && echo x >> {d}/hl; rc=$?; rm -f {d}/hl; exit $rc",
             "deep-write": f"echo x > {d}/sub/deep.txt", "deep-new": f"echo x > {d}/sub/new.txt",
             "remove-dir": f"rm -rf {d}/sub",

@@ -92,7 +92,8 @@ class Confinement:
                      hidden: Sequence[str] = ("/root", "/home", "/run", "/var/lib", "/etc/iolab")) -> Confinement:
         """A process that may write nothing but `directory`, as an unprivileged user with no
         capability, seeing no home directory, with the network shared (the fleet's client).
-        The caller makes `directory` writable for (uid, gid) (e.g. os.chown)."""
+        The caller makes `directory` writable for (uid, gid) (os.chown) and reachable (its
+        parents searchable by others: not under a 0700 directory such as a pytest tmp dir)."""
         return cls(writable=(directory,), hidden=tuple(h for h in hidden if os.path.isdir(h)), share_net=True,
                    user=(uid, gid), caps=())
 
