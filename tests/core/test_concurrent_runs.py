@@ -172,7 +172,8 @@ def test_a_shared_device_is_restored_only_when_the_last_run_ends(lab: Lab) -> No
                             + f'[target]\nkind = "cgroups"\ncontroller = "{controller}"\ndevice = "{dev}"\n'
                             + fio_workload(runtime=runtime), name=f"{name}.toml")
 
-        long_run = lab.popen("run", spec("long", "bfq", 60, 2), "--destroy-data", dev)  # outlasts the test; stopped below
+        # outlasts the test; stopped below
+        long_run = lab.popen("run", spec("long", "bfq", 60, 2), "--destroy-data", dev)
         procs.append(long_run)
         token_long = owned.token_of(long_run.pid)
         lab.wait_until(lambda: owned.claims(token_long) and _queue(dev) == ("bfq", "0"), 60,
