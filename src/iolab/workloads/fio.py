@@ -7,10 +7,12 @@ fallocate=none, direct I/O.
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from iolab.core import diskguard
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
@@ -88,6 +90,22 @@ class FioWorkload(Workload):
         if "runtime" in workload and workload["runtime"] is None:
             return base.with_aggregate(fio_engine.RATE_METRICS, "harmonic")
         return base
+
+    @classmethod
+    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
+        """In a `host` target's own directory, iolab's data file must be iolab's: a link there (to a
+        disk, to a file of the system) or a file the user did not name with --destroy-data is an
+        input error. (The confinement keeps both unwritten anyway: core/confine.py.)"""
+        directory = target.get("directory") if target.get("kind") == "host" else None
+        if not directory:
+            return
+        path = os.path.join(directory, DATA_FILE)
+        if os.path.islink(path):
+            raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): iolab writes its data file "
+                             "there and never follows a link it did not make. Remove it")
+        if os.path.lexists(path) and not (os.path.isfile(path) and diskguard.destroy_allowed(path)):
+            raise ValueError(f"{path} is already there: iolab never overwrites what it did not create. Remove it, "
+                             f"or pass --destroy-data {path} to let this study overwrite it")
 
     def estimate_seconds(self) -> float:
         p = self.params
@@ -193,8 +211,6 @@ def drop_caches(placement: Placement) -> None:
 
 def cpu_flags(cpu_busy: float, processes: int) -> list[str]:
     """The load generator is CPU-bound when its processes use ~a full core each."""
-    import os
-
     per_proc = cpu_busy / max(processes, 1)
     cores = os.cpu_count() or 1
     if per_proc >= 0.9 or cpu_busy >= 0.9 * cores:

@@ -110,14 +110,17 @@ class FioJobFileWorkload(Workload):
     @classmethod
     def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
         """Validation with the target known: in a `host` target's own directory (which may hold
-        symlinks), names are resolved at spec time too, so a link pointing out is an input error."""
+        symlinks and files of the user's), every name fio will open is resolved at spec time too:
+        a link pointing out, a link at a generated name, or a file already there that the user did
+        not name with --destroy-data is an input error."""
         directory = target.get("directory") if target.get("kind") == "host" else None
         if not directory:
             return  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
         p = FioJobFileParams(**workload)
         work = str(paths.scratch_dir() / "iolab-work")
         try:
-            fio_sandbox.check_paths(check_job_text(p.job_text, p.job_file), [directory, work], work, directory)
+            fio_sandbox.check_paths(check_job_text(p.job_text, p.job_file), [directory, work], work, directory,
+                                    before_study=True)
         except fio_sandbox.JobFileRefused as exc:
             raise ValueError(str(exc)) from None
 
