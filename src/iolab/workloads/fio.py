@@ -12,14 +12,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from iolab.cgroups.trial import mem_available
 from iolab.core import diskguard
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
-from iolab.core.units import parse_duration, parse_size
+from iolab.core.units import format_size, parse_duration, parse_size
 from iolab.fleet.metrics import FLEET_METRICS
 from iolab.targets.base import FioFleet, Placement
-from iolab.workloads import fio_engine
+from iolab.workloads import fio_bounds, fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 READS = {"read", "randread"}
@@ -93,9 +94,15 @@ class FioWorkload(Workload):
 
     @classmethod
     def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """In a `host` target's own directory, iolab's data file must be iolab's: a link there (to a
-        disk, to a file of the system) or a file the user did not name with --destroy-data is an
-        input error. (The confinement keeps both unwritten anyway: core/confine.py.)"""
+        """Its I/O buffers must fit in the memory a trial may use (cgroups.trial.Bounds), and in a
+        `host` target's own directory, iolab's data file must be iolab's: a link there (to a disk,
+        to a file of the system) or a file the user did not name with --destroy-data is an input
+        error. (The confinement keeps both unwritten anyway: core/confine.py.)"""
+        p = FioParams(**workload)
+        need, have = fio_bounds.buffer_bytes(p.bs, p.iodepth, p.numjobs), mem_available()
+        if have and need > fio_bounds.MEMORY_SHARE * have:
+            raise ValueError(f"bs x iodepth x numjobs = {format_size(need)} of I/O buffers; this machine has "
+                             f"{format_size(have)} available, and a trial may use {fio_bounds.MEMORY_SHARE:.0%} of it")
         directory = target.get("directory") if target.get("kind") == "host" else None
         if not directory:
             return

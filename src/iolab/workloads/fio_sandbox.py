@@ -23,6 +23,7 @@ allowed are a block device that passes the data-safety guard (`core.diskguard`) 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -129,16 +130,25 @@ class JobFile:
         return "\n".join(out) + "\n"
 
     def estimate_seconds(self, caps: Caps | None = None) -> float:
-        """Stonewalled groups run one after another, jobs within a group side by side."""
-        total, group = 0.0, 0.0
+        """Stonewalled groups run one after another, jobs within a group side by side: the sum
+        over groups of their longest job (60 s for a job without a duration), each capped by
+        caps.runtime_s. O(groups) per call (an axis of 90 000 caps reads the file once)."""
+        cap = caps.runtime_s if caps else None
+        if cap:
+            return sum(cap if untimed else min(longest, cap) for longest, untimed in self._groups) + 5
+        return sum(max(longest, 60.0) if untimed else longest for longest, untimed in self._groups) + 5
+
+    @functools.cached_property
+    def _groups(self) -> list[tuple[float, bool]]:
+        """Per stonewalled group: (its longest job's runtime + ramp + start delay, has a job without one)."""
+        groups: list[tuple[float, bool]] = []
         for s, eff in self.jobs():
-            if any(o.name == "stonewall" for o in s.options):
-                total, group = total + group, 0.0
+            if not groups or any(o.name == "stonewall" for o in s.options):
+                groups.append((0.0, False))
             t = sum(_seconds(eff[n].value) or 0.0 for n in ("runtime", "ramp_time", "startdelay") if n in eff)
-            if caps and caps.runtime_s:
-                t = min(t or caps.runtime_s, caps.runtime_s)
-            group = max(group, t or 60.0)
-        return total + group + 5
+            longest, untimed = groups[-1]
+            groups[-1] = (max(longest, t), untimed or not t)
+        return groups
 
 
 # -- reading, as fio reads ------------------------------------------------------------------------
