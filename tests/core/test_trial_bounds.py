@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.core.helpers import LOOP_TARGET, Lab, needs_root, one_line, study_table
 
 from iolab.cgroups.trial import Bounds, TrialCgroup
 from iolab.core import exec as host_exec
 from iolab.core.confine import Confinement
 from iolab.core.exec import ExecRequest, HostExecutor
 from iolab.workloads import fio_bounds, fio_sandbox
-from tests.core.helpers import LOOP_TARGET, Lab, needs_root, one_line, study_table
 
 GIB = 1 << 30
 
@@ -39,7 +39,8 @@ def test_processes_are_bounded_over_the_whole_file() -> None:
     msg = _refused(bomb)
     assert "[s2] start 768 processes" in msg and "at most 512 per trial" in msg and msg.startswith("t.fio:8:"), msg
     _accepted("[a]\nnumjobs=256\n[b]\nnumjobs=256\n")
-    assert _refused("[global]\nnumjobs=171\n[a]\n[b]\n[c]\nnumjobs=1\n[d]\n").startswith("t.fio:2: the jobs up to [d] start 514")
+    msg = _refused("[global]\nnumjobs=171\n[a]\n[b]\n[c]\nnumjobs=1\n[d]\n")
+    assert msg.startswith("t.fio:2: the jobs up to [d] start 514"), msg
 
 
 def test_buffers_are_checked_against_available_memory() -> None:
@@ -70,7 +71,8 @@ def test_cmdprio_is_treated_like_prioclass() -> None:
 
 
 def test_filename_dash_is_refused_everywhere() -> None:
-    for text in ("[j]\nfilename=-\n", "[global]\ndirectory=d\n[j]\nfilename=a:-\n", "[j]\nreadwrite=read\nfilename=-\n"):
+    for text in ("[j]\nfilename=-\n", "[global]\ndirectory=d\n[j]\nfilename=a:-\n",
+                 "[j]\nreadwrite=read\nfilename=-\n"):
         with pytest.raises(fio_sandbox.JobFileRefused, match="standard input or output"):
             fio_sandbox.parse(text, "t.fio", env={})
 
