@@ -107,8 +107,11 @@ class Confinement:
         return replace(self, protected=_unique(self.protected + tuple(paths)))
 
     # -- running ----------------------------------------------------------------------------------
-    def argv(self, command: Sequence[str], cwd: str | None = None, extra_devices: Iterable[str] = ()) -> list[str]:
-        """`command` inside the confinement: bwrap's arguments, then (as a user) setpriv's."""
+    def argv(self, command: Sequence[str], cwd: str | None = None, extra_devices: Iterable[str] = (),
+             info_fd: int | None = None) -> list[str]:
+        """`command` inside the confinement: bwrap's arguments, then (as a user) setpriv's.
+        `info_fd`: bwrap writes {"child-pid": N} there, the host pid of the command (without a
+        private pid namespace; bwrap itself is its parent)."""
         bwrap = shutil.which(BWRAP)
         if not bwrap:
             raise CapabilityMissing("bwrap (bubblewrap) not found: iolab confines every trial's processes with it. "
@@ -119,14 +122,18 @@ class Confinement:
         args += (["--unshare-pid", "--proc", "/proc", "--remount-ro", "/proc"] if self.private_pids
                  else ["--ro-bind", "/proc", "/proc"])
         args += ["--unshare-ipc", "--unshare-uts"] + ([] if self.share_net else ["--unshare-net"])
-        for h in self.hidden:
-            args += ["--tmpfs", h, "--remount-ro", h]
+        for h in self.hidden:  # an empty tmpfs first, so a writable path inside can be bound back in
+            args += ["--tmpfs", h]
         args += self._binds()
+        for h in self.hidden:
+            args += ["--remount-ro", h]
         for dev in _unique(tuple(self.devices) + tuple(extra_devices)):
             args += ["--dev-bind", dev, _dev_path(dev)]
         args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
         if cwd:
             args += ["--chdir", cwd]
+        if info_fd is not None:
+            args += ["--info-fd", str(info_fd)]
         args += ["--cap-drop", "ALL"]
         keep = list(self.caps) + (["CAP_SETUID", "CAP_SETGID"] if self.user else [])
         for cap in keep:
@@ -175,6 +182,12 @@ class Confinement:
         return {"tool": BWRAP, "writable": list(self.writable), "protected": len(self.protected),
                 "devices": list(self.devices), "network": "host" if self.share_net else "none",
                 "user": list(self.user) if self.user else None, "capabilities": list(self.caps)}
+
+
+def returncode(status: int) -> int:
+    """A confined command's status as subprocess gives an unconfined one: bwrap reports a command
+    killed by signal N as exit status 128+N (the shell's convention); this says -N."""
+    return -(status - 128) if 128 < status <= 128 + 64 else status
 
 
 def preexisting(directory: str, allowed: Callable[[str], bool] = lambda _path: False) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from iolab.cgroups.trial import SpawnCgroup, TrialCgroup
-from iolab.core import diskguard, signals
+from iolab.core import confine, diskguard, signals
 from iolab.core import owner as owners
 from iolab.core.confine import Confinement
 from iolab.core.errors import RefusedError
@@ -140,6 +140,7 @@ class _HostRunning(Running):
         env.update(req.env)
         if spawn_tag:  # inherited by every descendant: `iolab clean` also finds them by it
             env[owners.ENV_SPAWN] = spawn_tag
+        self.confined = argv is not None and argv != req.argv
         self.proc = subprocess.Popen(
             argv or req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True, preexec_fn=_child_setup,
@@ -168,7 +169,8 @@ class _HostRunning(Running):
         _total, user_s, sys_s = self.leaf.cpu_times()
         self.leaf.remove()
 
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        code = os.waitstatus_to_exitcode(status)
+        self.proc.returncode = confine.returncode(code) if self.confined else code
         self._out.seek(0)
         self._err.seek(0)
         collected = {}

@@ -8,7 +8,9 @@ so a crash or kill of iolab at any instant leaves a tag or a tagged pid for `iol
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -17,9 +19,10 @@ from dataclasses import dataclass, field
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 import iolab.vm.cleanup  # noqa: F401  (registers the "process" cleaner QemuVM relies on)
+from iolab.core.confine import returncode
 from iolab.core.resources import Ledger, Resource
 from iolab.vm import qmp as qmp_session
-from iolab.vm.cmdline import RunFiles, VmSpec, build_command, qemu_system
+from iolab.vm.cmdline import RunFiles, VmSpec, build_command, confinement, qemu_system
 from iolab.vm.errors import VmError
 from iolab.vm.executor import AgentChannel
 
@@ -42,11 +45,13 @@ class QemuVM:
     kernel_release: str | None = None
     boot_seconds: float | None = None
     started_at: float | None = None  # time.monotonic() just before QEMU was launched
+    qemu_pid: int | None = None  # QEMU itself; self.proc is bwrap, its parent
     _res: Resource | None = None
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+        """QEMU's host pid (bwrap's child: QEMU runs confined, core/confine.py), for probes."""
+        return self.qemu_pid or (self.proc.pid if self.proc else None)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -57,14 +62,22 @@ class QemuVM:
         fd = self.spec.secret.open_fd() if self.spec.secret is not None else None
         try:
             self.argv = build_command(self.spec, self.files, qemu_system(), secret_fd=fd)
+            info_r, info_w = os.pipe()
+            launch = confinement(self.spec, self.files).argv(self.argv, cwd=str(self.files.directory),
+                                                             info_fd=info_w)
             t0 = self.started_at = time.monotonic()
             # pending entry first: a kill before the pid is known leaves the -name tag to find QEMU by
             with open(self.files.stderr, "wb") as err, \
                     self.ledger.creating("process", "", tag=self.spec.tag, what="qemu", argv0=self.argv[0]) as res:
-                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                             start_new_session=True, pass_fds=(fd,) if fd is not None else ())
+                self.proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                             start_new_session=True,
+                                             pass_fds=(info_w,) + ((fd,) if fd is not None else ()))
                 self.ledger.update(res, ident=str(self.proc.pid))
             self._res = res
+            os.close(info_w)
+            self.qemu_pid = _child_pid(info_r)
+            if self.qemu_pid is not None:  # the cleaner checks a pid runs QEMU: bwrap's would not
+                self.ledger.update(res, ident=str(self.qemu_pid))
         finally:
             if fd is not None:
                 os.close(fd)
@@ -96,7 +109,7 @@ class QemuVM:
         if self.proc is not None and self.channel is not None and self.channel.closed_reason:
             self._wait_exit(2.0)  # the channel closes a moment before QEMU can be reaped
         if self.proc is not None and self.proc.poll() is not None:
-            parts.append(f"QEMU exited with status {self.proc.returncode}")
+            parts.append(f"QEMU exited with status {returncode(self.proc.returncode)}")
         try:
             err = self.files.stderr.read_text(errors="replace").strip()
         except OSError:
@@ -149,3 +162,27 @@ class QemuVM:
         if self._res is not None:
             self.ledger.forget(self._res)  # reaped above: nothing left for the cleaner
             self._res = None
+
+
+def _child_pid(fd: int, timeout_s: float = 10.0) -> int | None:
+    """The pid bwrap reports on its info fd (JSON {"child-pid": N}); None if it says nothing
+    (it failed before starting QEMU: the diagnosis shows its stderr). Closes the fd."""
+    data = b""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if not ready:
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+            if b"}" in data:
+                break
+    finally:
+        os.close(fd)
+    try:
+        return int(json.loads(data.decode())["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
