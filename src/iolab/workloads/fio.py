@@ -8,12 +8,13 @@ fallocate=none, direct I/O.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from iolab.cgroups.trial import mem_available
-from iolab.core import diskguard
+from iolab.core import diskguard, sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
@@ -106,6 +107,9 @@ class FioWorkload(Workload):
         directory = target.get("directory") if target.get("kind") == "host" else None
         if not directory:
             return
+        free = sizing.free_bytes(Path(directory))
+        if p.size > free:
+            raise ValueError(f"size = {format_size(p.size)}: {directory}'s filesystem has {format_size(free)} free")
         path = os.path.join(directory, DATA_FILE)
         if os.path.islink(path):
             raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): iolab writes its data file "

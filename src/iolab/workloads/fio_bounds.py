@@ -6,7 +6,10 @@ per process). They are the friendly first line, refused when the spec is read wi
 and line; the trial cgroup's pids and memory limits (cgroups.trial.Bounds) and the trial
 timeout hold the same line at run time whatever this misses.
 
-* processes: the sum over jobs of numjobs, at most MAX_PROCESSES;
+* processes: the sum over jobs of numjobs, at most MAX_PROCESSES; files (numjobs x nrfiles
+  summed), at most MAX_FILES (an inode bomb in the user's directory);
+* space (`check_space`, in a host directory): the bytes the jobs lay out must fit in the
+  directory's free space, so a job cannot fill the user's (or the root) filesystem;
 * memory: fio allocates max block size x iodepth bytes of buffers per process; the sum over
   jobs must fit in MEMORY_SHARE of the memory available now;
 * durations: runtime, ramp_time and startdelay at most 30 days (iolab's longest duration);
@@ -24,6 +27,7 @@ from iolab.core.units import MAX_DURATION, format_size
 from iolab.workloads.fio_sandbox import JobFile, JobFileRefused, Option
 
 MAX_PROCESSES = 512
+MAX_FILES = 100_000
 MEMORY_SHARE = 0.9
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)([kmgtpe]?)(?:i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50, "e": 1 << 60}
@@ -37,9 +41,16 @@ def check(job: JobFile, available_memory: int) -> None:
     """JobFileRefused naming the line of the first bound a job file exceeds."""
     processes = 0
     buffers = 0
+    files = 0
     for section, eff in job.jobs():
         numjobs = _int(eff.get("numjobs"), 1)
         processes += numjobs
+        files += numjobs * _int(eff.get("nrfiles"), 1)
+        if files > MAX_FILES:
+            opt = eff.get("nrfiles") or eff.get("numjobs")
+            raise JobFileRefused(job.source, opt.line if opt else section.line,
+                                 f"the jobs up to [{section.name}] make {files} files (numjobs x nrfiles); iolab "
+                                 f"lets a trial make at most {MAX_FILES}")
         if processes > MAX_PROCESSES:
             opt = eff.get("numjobs")
             raise JobFileRefused(job.source, opt.line if opt else section.line,
@@ -59,6 +70,22 @@ def check(job: JobFile, available_memory: int) -> None:
                 raise JobFileRefused(job.source, eff[name].line, f"fio option {name}={eff[name].value} is longer "
                                                                  "than 30 days, iolab's longest trial")
         _check_priority(job, eff)
+
+
+def check_space(job: JobFile, free_bytes: int, size_cap: int | None = None) -> None:
+    """JobFileRefused when the files the jobs lay out (numjobs x max(size, nrfiles x filesize),
+    each capped by the workload's max_size) would not fit in `free_bytes` of the directory."""
+    total = 0
+    for section, eff in job.jobs():
+        size = max(_largest(eff["size"].value) if "size" in eff else 0,
+                   _largest(eff["filesize"].value) * _int(eff.get("nrfiles"), 1) if "filesize" in eff else 0)
+        if size_cap is not None:
+            size = min(size, size_cap) if size else size_cap
+        total += size * _int(eff.get("numjobs"), 1)
+        if total > free_bytes:
+            raise JobFileRefused(job.source, eff["size"].line if "size" in eff else section.line,
+                                 f"the jobs up to [{section.name}] lay out {format_size(total)} of files; the "
+                                 f"directory's filesystem has {format_size(free_bytes)} free")
 
 
 def _check_priority(job: JobFile, eff: dict[str, Option]) -> None:

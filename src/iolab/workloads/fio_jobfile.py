@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from iolab.cgroups.trial import mem_available
-from iolab.core import paths
+from iolab.core import paths, sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import parse_duration, parse_size
@@ -156,7 +157,11 @@ class FioJobFileWorkload(Workload):
         if not directory:
             return  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
         try:
-            _check_in_directory(str(workload["job_text"]), str(workload.get("job_file", "job file")), directory)
+            text, source = str(workload["job_text"]), str(workload.get("job_file", "job file"))
+            _check_in_directory(text, source, directory)
+            size_cap = workload.get("max_size")
+            fio_bounds.check_space(parsed(text, source), sizing.free_bytes(Path(directory)),
+                                   int(size_cap) if size_cap is not None else None)
         except fio_sandbox.JobFileRefused as exc:
             raise ValueError(str(exc)) from None
 
