@@ -129,7 +129,7 @@ def test_real_doctor_agrees_with_the_machine() -> None:
     checks = {c["name"]: c for c in out["checks"]}
     assert all(c["state"] in ("ok", "warn", "missing", "fail") and c["detail"] for c in checks.values())
     assert rc == (1 if any(c["state"] == "fail" for c in checks.values()) else 0)
-    expected = {"root", "fio", "qemu", "accel", "cgroups", "schedulers", "loop", "compiler", "cpu-governor",
+    expected = {"root", "fio", "bwrap", "qemu", "accel", "cgroups", "schedulers", "loop", "compiler", "cpu-governor",
                 "cpu-boost", "cpu-load", "swap", "memory", "scratch", "llc", "trial-cgroups", "fio-server", "store",
                 *d.TOOLS}
     assert set(checks) == expected
