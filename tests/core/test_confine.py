@@ -251,6 +251,24 @@ def test_own_dir_only_runs_as_nobody_and_writes_only_its_directory(tmp_path: Pat
         shutil.rmtree(own, ignore_errors=True)
 
 
+def test_own_dir_only_with_the_executors_work_dir(tmp_path: Path, canaries: Canaries, trial: TrialCgroup) -> None:
+    """How the fleet client is meant to call it: HostExecutor(..., confinement=Confinement.own_dir_only());
+    the work dir becomes the unprivileged user's, job files written there are readable, results collected."""
+    parent = Path(tempfile.mkdtemp(prefix="iolab-confine-parent-", dir="/var/tmp"))
+    os.chmod(parent, 0o755)
+    ex = HostExecutor(parent, confinement=Confinement.own_dir_only()).within(trial)
+    try:
+        assert os.stat(ex.workdir).st_uid == NOBODY
+        r = ex.run(ExecRequest(["sh", "-c", 'cat job.txt > result.txt; id -u >> result.txt; echo x >> "$0" || true',
+                                str(canaries.files[0])], timeout_s=30, files={"job.txt": "job\n"},
+                               collect=["result.txt"]))
+        assert r.collected["result.txt"] == f"job\n{NOBODY}\n", (r.collected, r.stderr)
+        assert canaries.changed() == []
+    finally:
+        ex.close()
+        shutil.rmtree(parent, ignore_errors=True)
+
+
 def _state(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -88,14 +88,18 @@ class Confinement:
 
     # -- building ---------------------------------------------------------------------------------
     @classmethod
-    def own_dir_only(cls, directory: str, uid: int = NOBODY, gid: int = NOBODY,
+    def own_dir_only(cls, directory: str | None = None, uid: int = NOBODY, gid: int = NOBODY,
                      hidden: Sequence[str] = ("/root", "/home", "/run", "/var/lib", "/etc/iolab")) -> Confinement:
-        """A process that may write nothing but `directory`, as an unprivileged user with no
-        capability, seeing no home directory, with the network shared (the fleet's client).
-        The caller makes `directory` writable for (uid, gid) (os.chown) and reachable (its
-        parents searchable by others: not under a 0700 directory such as a pytest tmp dir)."""
-        return cls(writable=(directory,), hidden=tuple(h for h in hidden if os.path.isdir(h)), share_net=True,
-                   user=(uid, gid), caps=())
+        """A process that may write nothing but its own directory, as an unprivileged user with
+        no capability, seeing no home directory, with the network shared: the fleet's
+        `fio --client`, whom a remote server can ask to send any file or write logs anywhere.
+
+        `directory` None: the executor's work dir only; a HostExecutor given this confinement
+        hands its work dir to (uid, gid). Another directory the caller makes writable for
+        (uid, gid) (os.chown) and reachable (its parents searchable by others: not under a
+        0700 directory such as a pytest tmp dir)."""
+        return cls(writable=(directory,) if directory else (), hidden=tuple(h for h in hidden if os.path.isdir(h)),
+                   share_net=True, user=(uid, gid), caps=())
 
     def with_writable(self, *paths: str) -> Confinement:
         return replace(self, writable=_unique(self.writable + tuple(paths)))

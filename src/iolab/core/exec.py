@@ -241,6 +241,9 @@ class HostExecutor(Executor):
                 self.workdir.mkdir(mode=0o700)
             self._dir_res = res
         self.confinement = confinement.with_writable(str(self.workdir)) if confinement is not None else None
+        if confinement is not None and confinement.user is not None:  # own_dir_only: the work dir is the user's
+            os.chown(self.workdir, *confinement.user)
+            os.chmod(self.workdir, 0o711)  # bwrap enters it before the user switch, with no capability left
 
     def within(self, cgroup: TrialCgroup | None) -> HostExecutor:
         """This executor (same work dir and ledger), placing what it starts in `cgroup`."""
