@@ -218,7 +218,7 @@ def _bombs() -> list[Input]:
         "stdout-sibling-dir": _job([("a", "directory=x\n" + W), ("b", "rw=write\nsize=64m\nfilename=-\n")]),
         "stdin": _job([("j", "rw=read\nsize=64m\nfilename=-\n")]),
         "files-100k-x-256": _job([("j", "nrfiles=100000\nnumjobs=256\nsize=1m\n")]),
-        "files-2x60k": _job([("a", "nrfiles=60000\nsize=1m\n"), ("b", "nrfiles=60000\nsize=1m\n")]),
+        "files-1100k": _job([("a", "nrfiles=100000\nnumjobs=10\nsize=1m\n"), ("b", "nrfiles=100000\nsize=1m\n")]),
         "space-100t": _job([("j", "rw=write\nsize=100t\n")]),
         "space-filesize": _job([("j", "rw=write\nnrfiles=1000\nfilesize=1t\n")]),
         "cmdprio-default": _job([("j", W + "ioengine=libaio\ncmdprio_percentage=100\n")]),

@@ -7,7 +7,7 @@ and line; the trial cgroup's pids and memory limits (cgroups.trial.Bounds) and t
 timeout hold the same line at run time whatever this misses.
 
 * processes: the sum over jobs of numjobs, at most MAX_PROCESSES; files (numjobs x nrfiles
-  summed), at most MAX_FILES (an inode bomb in the user's directory);
+  summed), at most MAX_FILES (an inode bomb in the user's directory; fio's own filecreate example makes 500 000);
 * space (`check_space`, in a host directory): the bytes the jobs lay out must fit in the
   directory's free space, so a job cannot fill the user's (or the root) filesystem;
 * memory: fio allocates max block size x iodepth bytes of buffers per process; the sum over
@@ -27,7 +27,7 @@ from iolab.core.units import MAX_DURATION, format_size
 from iolab.workloads.fio_sandbox import JobFile, JobFileRefused, Option
 
 MAX_PROCESSES = 512
-MAX_FILES = 100_000
+MAX_FILES = 1_000_000  # fio's own filecreate example makes 500 000
 MEMORY_SHARE = 0.9
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)([kmgtpe]?)(?:i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50, "e": 1 << 60}
