@@ -337,3 +337,26 @@ def test_the_kvm_path_keeps_dev_kvm_inside_the_confinement(tmp_path: Path) -> No
     for c, visible in ((conf, True), (Confinement(share_net=True, private_pids=False), False)):
         r = subprocess.run(c.argv(["python3", "-c", probe]), capture_output=True, text=True, timeout=60)
         assert ("KVM_API 12" in r.stdout) == visible, (visible, r.stdout, r.stderr)
+
+
+def test_strace_attaches_to_the_confined_qemu_and_counts_its_syscalls(guest) -> None:
+    """The qemu_syscalls probe attaches to QEMU's own pid (bwrap's child, reported by its info fd)."""
+    from iolab.cgroups.trial import TrialCgroup
+    from iolab.probes.qemu_syscalls import QemuSyscalls
+
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace")
+    _, placement, ledger = guest
+    cg = TrialCgroup.create(ledger)
+    here = placement.within(cg)
+    probe = QemuSyscalls()
+    try:
+        probe.start(here)
+        res = here.executor.run(ExecRequest(["sh", "-c", "dd if=/dev/zero of=/dev/vda bs=4k count=64 conv=fsync"],
+                                            timeout_s=120))
+        assert res.returncode == 0, res.stderr
+        values = probe.stop()
+    finally:
+        cg.close()
+    assert values["qemu_pid"] == placement.extras["qemu_pid"]
+    assert values.get("host_write_requests", 0) > 0, values
