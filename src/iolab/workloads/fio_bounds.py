@@ -49,26 +49,26 @@ def check(job: JobFile, available_memory: int) -> None:
         if files > MAX_FILES:
             opt = eff.get("nrfiles") or eff.get("numjobs")
             raise JobFileRefused(job.source, opt.line if opt else section.line,
-                                 f"the jobs up to [{section.name}] make {files} files (numjobs x nrfiles); iolab "
-                                 f"lets a trial make at most {MAX_FILES}")
+                                 f"refused: the jobs up to [{section.name}] make {files} files (numjobs x nrfiles); "
+                                 f"iolab lets a trial make at most {MAX_FILES}")
         if processes > MAX_PROCESSES:
             opt = eff.get("numjobs")
             raise JobFileRefused(job.source, opt.line if opt else section.line,
-                                 f"the jobs up to [{section.name}] start {processes} processes (sections x numjobs); "
-                                 f"iolab runs at most {MAX_PROCESSES} per trial")
+                                 f"refused: the jobs up to [{section.name}] start {processes} processes (sections x "
+                                 f"numjobs); iolab runs at most {MAX_PROCESSES} per trial")
         bs = max([_largest(eff[n].value) for n in ("bs", "bsrange", "bssplit") if n in eff] or [4096])
         buffers += bs * max(_int(eff.get("iodepth"), 1), 1) * numjobs
         limit = int(MEMORY_SHARE * available_memory)
         if available_memory and buffers > limit:
             raise JobFileRefused(job.source, section.line,
-                                 f"the jobs up to [{section.name}] need {format_size(buffers)} of I/O buffers "
+                                 f"refused: the jobs up to [{section.name}] need {format_size(buffers)} of I/O buffers "
                                  f"(block size x iodepth x numjobs); this machine has {format_size(available_memory)}"
                                  f" available, and a trial may use {MEMORY_SHARE:.0%} of it")
         for name in ("runtime", "ramp_time", "startdelay"):
             seconds = _seconds(eff[name].value) if name in eff else None
             if seconds is not None and seconds > MAX_DURATION:
-                raise JobFileRefused(job.source, eff[name].line, f"fio option {name}={eff[name].value} is longer "
-                                                                 "than 30 days, iolab's longest trial")
+                raise JobFileRefused(job.source, eff[name].line, f"fio option {name}={eff[name].value} is "
+                                                                 "refused: longer than 30 days, iolab's longest trial")
         _check_priority(job, eff)
 
 
@@ -84,7 +84,7 @@ def check_space(job: JobFile, free_bytes: int, size_cap: int | None = None) -> N
         total += size * _int(eff.get("numjobs"), 1)
         if total > free_bytes:
             raise JobFileRefused(job.source, eff["size"].line if "size" in eff else section.line,
-                                 f"the jobs up to [{section.name}] lay out {format_size(total)} of files; the "
+                                 f"refused: the jobs up to [{section.name}] lay out {format_size(total)} of files; the "
                                  f"directory's filesystem has {format_size(free_bytes)} free")
 
 
@@ -94,18 +94,21 @@ def _check_priority(job: JobFile, eff: dict[str, Option]) -> None:
         return
     cls = eff.get("cmdprio_class")
     if cls is None or not cls.value:
-        raise JobFileRefused(job.source, uses[0].line, f"fio option {uses[0].name} issues I/O with cmdprio_class, "
+        raise JobFileRefused(job.source, uses[0].line, f"fio option {uses[0].name} is refused: it issues I/O "
+                                                       "with cmdprio_class, "
                                                        "whose default is real-time (like prioclass=1, refused: it "
                                                        "could starve the machine); set cmdprio_class=2 or 3")
     if any(c.strip() not in _ALLOWED_CLASSES for c in cls.value.split(",")):
-        raise JobFileRefused(job.source, cls.line, f"cmdprio_class={cls.value}: only best-effort (2) and idle (3) "
+        raise JobFileRefused(job.source, cls.line, f"fio option cmdprio_class={cls.value} is refused: only "
+                                                   "best-effort (2) and idle (3) "
                                                    "are allowed (real-time could starve the machine)")
     split = eff.get("cmdprio_bssplit")
     for entry in re.split(r"[:,]", split.value or "") if split is not None else []:
         parts = entry.split("/")
         if len(parts) >= 3 and parts[2].strip() not in _ALLOWED_CLASSES:
             assert split is not None
-            raise JobFileRefused(job.source, split.line, f"cmdprio_bssplit entry {entry!r} sets priority class "
+            raise JobFileRefused(job.source, split.line, f"fio option cmdprio_bssplit is refused: entry {entry!r} sets "
+                                                         "priority class "
                                                          f"{parts[2]!r}: only best-effort (2) and idle (3) are "
                                                          "allowed")
 
