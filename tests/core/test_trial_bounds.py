@@ -40,7 +40,7 @@ def test_processes_are_bounded_over_the_whole_file() -> None:
     assert "[s2] start 768 processes" in msg and "at most 512 per trial" in msg and msg.startswith("t.fio:8:"), msg
     _accepted("[a]\nnumjobs=256\n[b]\nnumjobs=256\n")
     msg = _refused("[global]\nnumjobs=171\n[a]\n[b]\n[c]\nnumjobs=1\n[d]\n")
-    assert msg.startswith("t.fio:2: the jobs up to [d] start 514"), msg
+    assert msg.startswith("t.fio:2: refused: the jobs up to [d] start 514"), msg
 
 
 def test_buffers_are_checked_against_available_memory() -> None:
