@@ -71,9 +71,16 @@ install_python() {
   .venv/bin/python -m iolab.native.ycsb_guest
 }
 
+install_accounts() {
+  # the fleet's unprivileged users (docs/fleet.md): iolab also makes them on first use
+  echo "== fleet users (iolab-fio-client runs fio's clients, iolab-fio runs fio's server on a fleet host)"
+  .venv/bin/python -c "from iolab.fleet import accounts as a; [print('  ', a.ensure(n)[0]) for n in (a.CLIENT_USER, a.SERVER_USER)]"
+}
+
 need_root
 install_system
 install_python
+install_accounts
 case "$action" in
   install) echo "installed: .venv/bin/iolab" ;;
   demo)    exec .venv/bin/iolab study write-modes ;;

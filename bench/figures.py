@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from iolab.analysis.calibration import per_look_alpha
+from iolab.analysis.calibration import simultaneous_t_alpha
 from iolab.analysis.stats import Estimate, mean_ci
 
 MIN_N = 5
@@ -122,7 +122,7 @@ def confidence(looks: tuple[int, int] | None) -> float:
     """The per-look confidence that keeps 95 % over the looks first..last (0.95 for a fixed n)."""
     if looks is None or looks[0] >= looks[1]:
         return 0.95
-    return 1 - per_look_alpha(*looks)
+    return 1 - simultaneous_t_alpha(*looks)
 
 
 def stopping(max_n: int, min_n: int = MIN_N) -> tuple[int, int]:

@@ -20,10 +20,11 @@ from iolab import __version__
 from iolab.core import paths
 from iolab.core.errors import InputError, IolabError
 from iolab.core.inputs import check_writable
-from iolab.core.signals import interrupt_on_stop_signals
+from iolab.core.signals import ignore_stop_signals, interrupt_on_stop_signals
 from iolab.fleet import guard as fleet_guard
 from iolab.fleet.cli import fleet as fleet_group
 from iolab.store import registry as stores
+from iolab.store import schema
 from iolab.store.base import Store
 from iolab.store.push import push_run
 
@@ -200,26 +201,49 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
     runner = Runner(spec, store, err, before_group=hook)
     runner.instantiate()
     run_id = runner.start(resume)
-    err.print(f"run [bold]{run_id}[/bold] ({spec.name}), results in {store.location}")
+    err.print(f"run [bold]{run_id}[/bold] ({spec.name}), results in {escape(store.location)}")
+    problem = None
     try:
         status = runner.run()
     finally:
-        _finish(store, run_id, output)
+        try:
+            problem = _finish(store, run_id, output)
+        finally:
+            store.close()
+    if problem:
+        raise IolabError(problem)
     if status == "failed":
         raise IolabError(f"run {run_id} failed: no trial succeeded (see `iolab report {run_id}`)")
 
 
-def _finish(store: Store, run_id: str, output: Path | None) -> None:
-    """Always write the report, also for partial runs: the summary and its path end the output."""
+def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
+    """Always write the report, also for partial runs: the summary and its path end the output.
+    When the store has not taken every write of the run (they wait in the local spool) or cannot
+    be read now, the report waits too: what to do is returned (and printed), never raised over
+    the run's own outcome."""
     from iolab.report.document import write_html
 
-    rec = store.resolve(run_id)
-    path, doc, summary = write_html(store, rec, output)
-    ok = sum(t["status"] == "ok" for t in doc["trials"])
-    err.print(f"\n[bold]{rec.study}[/bold] {doc['status']}: {ok}/{len(doc['trials'])} trials ok")
-    for line in summary:
-        err.print(f"  • {line}")
-    out.print(f"report: {path}")
+    waiting = store.waiting(run_id)
+    problem = None
+    if waiting:
+        problem = (f"{waiting} write(s) of run {run_id} wait in the local spool: {store.location} did not take "
+                   "them (nothing is lost). The next run into it writes them, or `iolab push --spool --to URL`; "
+                   f"then `iolab report {run_id}` writes the report")
+    else:
+        try:
+            rec = store.resolve(run_id)
+            path, doc, summary = write_html(store, rec, output)
+        except IolabError as exc:
+            problem = f"the report of run {run_id} could not be written ({exc}); `iolab report {run_id}` writes it"
+        else:
+            ok = sum(t["status"] == "ok" for t in doc["trials"])
+            err.print(f"\n[bold]{rec.study}[/bold] {doc['status']}: {ok}/{len(doc['trials'])} trials ok")
+            for line in summary:
+                err.print(f"  • {line}")
+            out.print(f"report: {path}")
+    if problem:
+        err.print(f"[yellow]{escape(problem)}[/yellow]")
+    return problem
 
 
 @cli.command()
@@ -246,7 +270,8 @@ def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | Non
         _resolve(store, resume)
     repro = Reproduction(store, err, on_child_done=lambda name, path: err.print(f"{name} report: {path}"))
     run_id = repro.resume(resume) if resume else repro.start(quick)
-    err.print(f"reproduction [bold]{run_id}[/bold]{' (quick)' if repro.quick else ''}, results in {store.location}")
+    err.print(f"reproduction [bold]{run_id}[/bold]{' (quick)' if repro.quick else ''}, results in "
+              f"{escape(store.location)}")
     try:
         repro.run()
     finally:
@@ -280,43 +305,97 @@ def runs(db: str | None, limit: int, as_json: bool) -> None:
 
     store = _existing_store(db)
     if store is None:
-        out.print(f"no runs yet ({stores.shown(_db_ref(db)[0])} does not exist)")
+        out.print(f"no runs yet ({escape(stores.shown(_db_ref(db)[0]))} does not exist)")
         return
     items: list[dict[str, Any]] = []
-    for r in store.runs(limit):
-        trials = store.trials(r.id)
-        items.append({"id": r.id, "study": r.study, "status": r.status,
-                      "trials_ok": sum(t.status == "ok" for t in trials), "trials": len(trials),
-                      "failed": sum(t.status != "ok" for t in trials), "created": r.created,
-                      "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.created))})
+    try:
+        for r in store.runs(limit):
+            trials = store.trials(r.id)
+            items.append({"id": r.id, "study": r.study, "status": r.status,
+                          "trials_ok": sum(t.status == "ok" for t in trials), "trials": len(trials),
+                          "failed": sum(t.status != "ok" for t in trials), "created": r.created,
+                          "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.created)),
+                          "owner_role": r.owner_role, "owner_host": r.owner_host})
+    finally:
+        store.close()
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
     if not items:
         click.echo(f"no runs in {store.location}")
         return
-    click.echo(text_table(["run", "study", "status", "trials ok/all", "started"], [
+    click.echo(text_table(["run", "study", "status", "trials ok/all", "started", "owner"], [
         [i["id"], i["study"], i["status"], f"{i['trials_ok']}/{i['trials']}",
-         time.strftime("%Y-%m-%d %H:%M", time.localtime(i["created"]))] for i in items]))
+         time.strftime("%Y-%m-%d %H:%M", time.localtime(i["created"])),
+         f"{i['owner_role'] or '-'}@{i['owner_host'] or '?'}"] for i in items]))
 
 
 @cli.command()
-@click.argument("run_ref", metavar="RUN")
+@click.argument("run_ref", metavar="RUN", required=False)
 @click.option("--to", "to", required=True, metavar="STORE",
               help="the store to copy into: a file path or postgresql://user@host/dbname (docs/store.md)")
+@click.option("--force", is_flag=True,
+              help="replace a run of that id from another origin (database role or host); the replaced run and "
+                   "its trials stay in the store's history tables")
+@click.option("--spool", "from_spool", is_flag=True,
+              help="instead of a RUN: write what this machine's spool kept for STORE while it could not take it "
+                   "(in order, each once), then stop")
 @db_option
-def push(run_ref: str, to: str, db: str | None) -> None:
+def push(run_ref: str | None, to: str, force: bool, from_spool: bool, db: str | None) -> None:
     """Copy RUN (finished or partial) from this store (--db) into another (--to), as it is;
-    pushing again replaces the copy, never duplicates it."""
+    pushing again replaces the copy, never duplicates it. A run of that id from another origin
+    is never replaced without --force. `--spool` writes the writes kept while STORE was away."""
+    if from_spool:
+        if run_ref:
+            raise click.UsageError("--spool writes what the spool kept for --to; give no RUN with it")
+        _push_spool(to)
+        return
+    if not run_ref:
+        raise click.UsageError("give a RUN to push (or --spool)")
     source = _resolve_store(db)
-    rec = _resolve(source, run_ref)
+    try:
+        rec = _resolve(source, run_ref)
+        target = stores.open_store(to, "--to", spool=False)
+        try:
+            pushed = push_run(source, target, rec, force)
+        finally:
+            target.close()
+    finally:
+        source.close()
+    role, host = pushed.origin
+    out.print(f"pushed {pushed.run_id} ({pushed.status}, {pushed.trials} trials) to {escape(target.location)}"
+              f" as {role or '-'}@{host or '?'}")
+    if pushed.replaced is not None:
+        out.print(f"replaced the run of {escape(pushed.replaced.origin)} that had that id (kept in the store's "
+                  "run_history and trial_history)")
+
+
+def _push_spool(to: str) -> None:
     target = stores.open_store(to, "--to")
     try:
-        pushed = push_run(source, target, rec)
+        done = target.replay()
     finally:
         target.close()
-        source.close()
-    out.print(f"pushed {pushed.run_id} ({pushed.status}, {pushed.trials} trials) to {escape(target.location)}")
+    if done is None:
+        out.print(f"{escape(target.location)} keeps no spool (a local store is written directly)")
+        return
+    out.print(f"spool of {escape(target.location)}: {done.written} write(s) written, {done.rejected} set aside, "
+              f"{done.left} still waiting")
+    if done.left or done.rejected:
+        raise IolabError(f"not everything kept could be written: {done.reason}")
+
+
+@cli.command()
+@db_option
+def migrate(db: str | None) -> None:
+    """Create the results store, or bring its schema to this iolab's version: every command that
+    writes does this on its own; this does only that, e.g. once by the role that owns iolab's
+    tables in a shared PostgreSQL database (docs/store.md#roles)."""
+    ref, what = _db_ref(db)
+    stores.open_store(ref, what).close()
+    stored = stores.backend_for(ref, what).stored_schema(ref, what)
+    out.print(f"{escape(stores.shown(ref))}: schema v{stored.version} (this iolab: v{schema.LATEST}; read by iolab "
+              f"from v{stored.readers_from}, written from v{stored.writers_from})")
 
 
 @cli.command()
@@ -476,18 +555,22 @@ def main() -> None:
     _register_studies()
     try:
         cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        err.print("aborted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except IolabError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        sys.exit(exc.exit_status)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+    except BaseException:
+        ignore_stop_signals()  # whatever ends the command, its last words are not cut by a late Ctrl-C
+        try:
+            raise
+        except click.exceptions.Abort:
+            err.print("aborted")
+            sys.exit(130)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except IolabError as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}")
+            sys.exit(exc.exit_status)
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            sys.exit(130)
 
 
 if __name__ == "__main__":

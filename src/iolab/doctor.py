@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.registry import describe
-from iolab.core import paths, sizing
+from iolab.core import paths, registry, sizing
 from iolab.core.errors import IolabError
 from iolab.core.sizing import Llc, Memory, mib
 from iolab.fleet import serve as fleet_serve
@@ -66,22 +66,33 @@ INSTALL: dict[str, str] = {"db_bench": "rocksdb-tools", "java": "default-jdk-hea
 
 # ---------------------------------------------------------------------------- pure decisions
 
-def store_check(location: str, problem: str | None, version: int | None, latest: int, spooled: int) -> Check:
-    """The results store runs would write to: reachable and writable (`problem` otherwise), its
-    schema version against this iolab's, and trials still waiting in the local spool."""
+def store_check(location: str, problem: str | None, version: int | None, latest: int, spooled: int,
+                write_problem: str | None = None, rejected: int = 0) -> Check:
+    """The results store runs would write to: reachable and readable (`problem` otherwise) and
+    writable (`write_problem` otherwise: a reader's role, a read-only server), its schema version
+    against this iolab's, and writes still waiting in the local spool or set aside there."""
     if problem:
         return Check("store", "fail", problem if location in problem else f"{location}: {problem}")
+    state: State = "ok"
     if version is None:
-        state: State = "ok"
         detail = f"{location}: no store yet; created (schema v{latest}) by the first run"
     elif version < latest:
-        state, detail = "ok", f"{location}: schema v{version}, migrated to v{latest} on first use; writable"
+        detail = f"{location}: schema v{version}, migrated to v{latest} on first use; writable"
+    elif version > latest:
+        detail = f"{location}: schema v{version} (newer than this iolab's v{latest}, compatible); writable"
     else:
-        state, detail = "ok", f"{location}: schema v{version}, writable"
+        detail = f"{location}: schema v{version}, writable"
+    if write_problem:
+        state = "warn"
+        detail = detail.replace("; writable", "").replace(", writable", "") + \
+            f"; readable (runs, report, compare, history) but not writable here: {write_problem}"
     if spooled:
         state = "warn"
-        detail += (f"; {spooled} trial(s) wait in the local spool (the server was away): any iolab command"
-                   " that opens this store writes them")
+        detail += (f"; {spooled} write(s) wait in the local spool (the store could not take them): "
+                   f"`iolab push --spool --to URL` writes them, and so does the next run into it")
+    if rejected:
+        state = "warn"
+        detail += f"; {rejected} write(s) the store refused for good are set aside in the spool's .rejected.jsonl"
     return Check("store", state, detail)
 
 def root_check(euid: int) -> Check:
@@ -102,15 +113,6 @@ def compiler_check(cc: str | None, gcc: str | None) -> Check:
     if found:
         return Check("compiler", "ok", f"{found} builds iolab's native helpers")
     return Check("compiler", "missing", "no cc or gcc: install gcc (iolab builds its native helpers on demand)")
-
-
-def loop_check(loop_control: bool, losetup: str | None) -> Check:
-    if loop_control and losetup:
-        return Check("loop", "ok", "loop devices available (/dev/loop-control, losetup)")
-    if not loop_control:
-        return Check("loop", "fail", "no /dev/loop-control: load the loop module (modprobe loop); every scratch "
-                                     "target is a loop device")
-    return Check("loop", "missing", "install util-linux (losetup)")
 
 
 def accel_check(accel: str | None, reason: str, kvm_log: list[str]) -> Check:
@@ -357,6 +359,21 @@ def _cgroups() -> tuple[str, dict[str, str]]:
         return cgroup_mode(), {"detection": f"failed: {exc}"}
 
 
+def target_checks() -> list[Check]:
+    """What each registered target kind needs of this machine (Target.machine_checks), each
+    line once: a new target brings its own lines, doctor lists no target kind."""
+    found: dict[str, Check] = {}
+    for kind in registry.TARGETS:
+        try:
+            lines = registry.target_class(kind).machine_checks()
+        except Exception as exc:  # doctor reports, never crashes
+            found[kind] = Check(kind, "warn", f"could not check what the {kind} target needs: {exc}")
+            continue
+        for c in lines:
+            found.setdefault(c.name, Check(c.name, c.state, c.detail))
+    return list(found.values())
+
+
 def fio_server_check(state: str, detail: str) -> Check:
     """A fio server on this machine that other machines can reach runs any job it is sent."""
     return Check("fio-server", "warn" if state == "warn" else "ok", detail)
@@ -365,15 +382,23 @@ def fio_server_check(state: str, detail: str) -> Check:
 def _store(ref: str, what: str) -> Check:
     """Facts about the store at `ref` (reachable, writable, version), read without changing it."""
     location = stores.shown(ref)
+    write_problem = None
     try:
         cls = stores.backend_for(ref, what)
-        cls.check_target(ref, what)
-        version = cls.stored_version(ref, what)
-        schema.pending(version, location)  # a newer store: IolabError
+        stored = cls.stored_schema(ref, what)
+        schema.check_read(stored, location)  # a store too new to read: a fail
+        try:
+            cls.check_target(ref, what)
+        except IolabError as exc:
+            if stored.version is None:
+                raise
+            write_problem = str(exc).replace(f"{what} {location}: ", "").replace(f"{location} ", "")
     except IolabError as exc:
         return store_check(location, str(exc), None, schema.LATEST, 0)
-    spooled = Spool(location).count() if stores.scheme_of(ref) != "sqlite" else 0
-    return store_check(location, None, version, schema.LATEST, spooled)
+    spool = Spool(location)
+    remote = stores.scheme_of(ref) != "sqlite"
+    return store_check(location, None, stored.version, schema.LATEST, spool.count() if remote else 0, write_problem,
+                       spool.rejected_count() if remote else 0)
 
 
 def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
@@ -393,7 +418,7 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         cgroup_check(*_cgroups()),
         trial_cgroup_check(trial_cgroups.describe(), trial_cgroups.FLAVOUR_ENV),
         scheduler_check(_schedulers(), Path("/sys/module/bfq").exists()),
-        loop_check(Path("/dev/loop-control").exists(), shutil.which("losetup")),
+        *target_checks(),
         compiler_check(shutil.which("cc"), shutil.which("gcc")),
         governor_check(governors, driver),
         boost_check(boost, no_turbo),
@@ -403,7 +428,8 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         space_check(str(scratch), sizing.free_bytes(scratch)),
         llc_check(sizing.read_llc(), host),
         *[tool_check(tool, shutil.which(tool), use, install=INSTALL.get(tool)) for tool, use in TOOLS.items()],
-        fio_server_check(*fleet_serve.security_line(fleet_serve.running_servers())),
+        fio_server_check(*fleet_serve.security_line(
+            fleet_serve.running_servers(), [s for s, uid in fleet_serve.running_server_processes() if uid == 0])),
         _store(*(store or (str(paths.default_db()), "results database"))),
     ]
     return {"environment": env, "checks": [c.as_dict() for c in items]}

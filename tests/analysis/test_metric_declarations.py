@@ -268,8 +268,9 @@ def test_results_document_carries_the_declarations() -> None:
                        "probes": {"machine_cpu": {"busy": 0.5, "iowait": 0.0, "cores": 2}}}]}
     d = declarations(doc)
     assert d["workloads"]["sysbench-cpu"]["events_per_s"] == {
-        "unit": "events/s", "direction": "higher", "aggregate": "mean",
+        "unit": "events/s", "direction": "higher", "aggregate": "mean", "domain": "nonneg", "estimand": "median",
         "description": registry.workload_class("sysbench-cpu").metric_set({}).get("events_per_s").description}
     assert d["probes"]["machine_cpu"]["busy"]["unit"] == "fraction"
+    assert d["probes"]["machine_cpu"]["busy"]["domain"] == "unit"  # a share of CPU time: [0, 1]
     assert d["undeclared"] == ["sysbench-cpu:odd"]
     assert json.dumps(d)  # JSON-able

@@ -4,14 +4,14 @@ TrialFailed exactly as the real workloads do), so failures land where a test wan
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
-from iolab.core.metrics import Metric
-from iolab.targets.base import Placement
+from iolab.core.metrics import NONNEG, Metric
+from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 KIND = "flaky"
@@ -28,13 +28,19 @@ class FlakyWorkload(Workload):
     kind: ClassVar[str] = KIND
     Params: ClassVar[type[WorkloadParams]] = FlakyParams
     main_metric: ClassVar[str] = "value"
-    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "the value the test asked for"),)
+    metrics: ClassVar[tuple[Metric, ...]] = (
+        Metric("value", "units", "higher", "the value the test asked for", domain=NONNEG),)
     params: FlakyParams
 
     def __init__(self, params: WorkloadParams):
         super().__init__(params)
         self.attempts = 0
         self.successes = 0
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """Nothing but a command where it runs."""
+        return Needs()
 
     def estimate_seconds(self) -> float:
         return 0.1

@@ -4,12 +4,12 @@ halfway) would. The trial's cgroup must end it when the trial ends."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from iolab.core import owner
 from iolab.core.exec import ExecRequest
-from iolab.core.metrics import Metric
-from iolab.targets.base import Placement
+from iolab.core.metrics import NONNEG, Metric
+from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 KIND = "leaving"
@@ -24,7 +24,12 @@ class LeavingWorkload(Workload):
     kind: ClassVar[str] = KIND
     Params: ClassVar[type[WorkloadParams]] = LeavingParams
     main_metric: ClassVar[str] = "value"
-    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1"),)
+    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1", domain=NONNEG),)
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """Nothing but a sleeper on the host or in a guest."""
+        return Needs()
 
     def estimate_seconds(self) -> float:
         return 0.5

@@ -108,7 +108,7 @@ def test_a_slower_rerun_is_a_regression_in_both_directions(runs: tuple[Lab, str,
     assert (primes["direction"], events["direction"]) == ("lower", "higher")
     assert primes["ratio"] > 2 and events["ratio"] < 0.5, (primes["ratio"], events["ratio"])
     assert primes["verdict"] == events["verdict"] == "regression", (primes, events)
-    assert primes["a"]["n"] == primes["b"]["n"] == 3 and primes["a"]["method"] == "simultaneous-t[3..3]"
+    assert primes["a"]["n"] == primes["b"]["n"] == 3 and primes["a"]["method"] == "median[3..3] log"
     assert {"threads", "total_events", "cpus", "generator_cpu_busy"} <= set(res["skipped_metrics"])
     back = {r["metric"]: r["verdict"] for r in _json(lab, b, a)["rows"]}
     assert back == {"primes_3e7_s": "improvement", "events_per_s": "improvement"}

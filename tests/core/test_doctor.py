@@ -11,12 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from iolab import doctor as d
 from iolab.core import sizing
 from iolab.core.sizing import Llc, Memory
+from iolab.targets.loop import loop_check
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -40,9 +42,17 @@ def test_compiler_line_names_what_is_there() -> None:
 
 
 def test_loop() -> None:
-    assert d.loop_check(True, "/sbin/losetup").state == "ok"
-    assert d.loop_check(False, "/sbin/losetup").state == "fail"
-    assert d.loop_check(True, None).state == "missing"
+    assert loop_check(True, "/sbin/losetup").state == "ok"
+    assert loop_check(False, "/sbin/losetup").state == "fail"
+    assert loop_check(True, None).state == "missing"
+
+
+def test_each_target_kind_brings_its_own_lines() -> None:
+    """doctor lists no target kind: the loop line comes from the loop target (Target.machine_checks)."""
+    lines = {c.name: c for c in d.target_checks()}
+    assert lines["loop"] == d.Check("loop", *[getattr(loop_check(Path("/dev/loop-control").exists(),
+                                                                 shutil.which("losetup")), f)
+                                              for f in ("state", "detail")])
 
 
 def test_accel_says_kvm_or_tcg_and_why() -> None:
@@ -129,9 +139,10 @@ def test_real_doctor_agrees_with_the_machine() -> None:
     checks = {c["name"]: c for c in out["checks"]}
     assert all(c["state"] in ("ok", "warn", "missing", "fail") and c["detail"] for c in checks.values())
     assert rc == (1 if any(c["state"] == "fail" for c in checks.values()) else 0)
-    expected = {"root", "fio", "bwrap", "qemu", "accel", "cgroups", "schedulers", "loop", "compiler", "cpu-governor",
+    expected = {"root", "fio", "bwrap", "qemu", "accel", "cgroups", "schedulers", "compiler", "cpu-governor",
                 "cpu-boost", "cpu-load", "swap", "memory", "scratch", "llc", "trial-cgroups", "fio-server", "store",
-                *d.TOOLS}
+                *d.TOOLS, *(c.name for c in d.target_checks())}  # each target kind's own lines ("loop", ...)
+    assert "loop" in expected
     assert set(checks) == expected
     from iolab.cgroups import trial as trial_cgroups
     flavour = trial_cgroups.describe()["flavour"]

@@ -42,10 +42,10 @@ def _stored_values(lab: Lab) -> list[float]:
 
 
 def _expected_stop(values: list[float], lo: int, hi: int, target: float) -> int:
-    """Where the documented rule stops: the first n >= lo whose reported interval (simultaneous
-    over the looks lo..hi) has half-width/mean <= target, else hi."""
+    """Where the documented rule stops: the first n >= lo whose reported interval has
+    half-width/estimate <= target and on which no run-order check trips, else hi."""
     rule = StopRule(lo, hi, target)
-    return next(n for n in range(lo, hi + 1) if n == hi or rule.narrow_enough(values[:n]))
+    return next(n for n in range(lo, hi + 1) if n == hi or not rule.wants_more(values[:n]))
 
 
 @needs_root

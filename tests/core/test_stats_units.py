@@ -39,7 +39,7 @@ def test_mean_ci_three_values_by_hand() -> None:
     assert e.half_width == pytest.approx(24.84138, abs=1e-4)
     assert e.as_dict("MiB/s") == {"mean": 110.0, "ci95": [pytest.approx(85.15862, abs=1e-4),
                                                           pytest.approx(134.84138, abs=1e-4)],
-                                  "n": 3, "method": "t", "unit": "MiB/s"}
+                                  "n": 3, "method": "t", "unit": "MiB/s", "estimand": "mean", "domain": "real"}
 
 
 def test_mean_ci_identical_values_has_zero_width() -> None:
@@ -51,7 +51,8 @@ def test_mean_ci_identical_values_has_zero_width() -> None:
 def test_mean_ci_never_claims_from_one_value_and_skips_non_finite() -> None:
     one = mean_ci([5.0])
     assert one.mean == 5.0 and one.lo == -math.inf and one.hi == math.inf and one.n == 1
-    assert one.as_dict() == {"mean": 5.0, "ci95": [None, None], "n": 1, "method": "t"}  # JSON has no infinities
+    assert one.as_dict() == {"mean": 5.0, "ci95": [None, None], "n": 1, "method": "t", "estimand": "mean",
+                             "domain": "real"}  # JSON has no infinities
     assert not math.isfinite(one.rel_half_width)
     empty = mean_ci([])
     assert empty.n == 0 and math.isnan(empty.mean)

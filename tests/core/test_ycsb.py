@@ -356,11 +356,12 @@ HOSTILE: list[tuple[str, str, list[str]]] = [
                                                               "filesystem = 'none'"]),
     ('[target]\nkind = "qemu"\n', _workload(), ["workload", "guest_apps = [\"ycsb\"]", "guest_fs = 'none'"]),
     (GUEST_YCSB.replace('memory = "1G"\n', ""), _workload(),  # the default 1G heap in the default 512M guest
-     ["workload", "memory 512m cannot hold a 1g JVM heap", "memory = \"1792M\""]),
+     ["workload", "1792 MiB of memory (a 1g JVM heap", "gives it 512 MiB", "memory = \"1792M\""]),
     (GUEST_YCSB.replace('"ycsb"]', '"jvm"]'), _workload(heap="256M"), ["target.guest_apps", "jvm"]),
     (GUEST_YCSB + 'kernel = "/boot/k"\ninitramfs = "/boot/i"\n', _workload(heap="256M"),
      ["target", "a guest of your own (initramfs) must bring them itself"]),
-    (LOOP_EXT4, _workload(recordcount=200_000, fieldlength="1k"), ["workload", "does not fit", "128m"]),
+    (LOOP_EXT4, _workload(recordcount=200_000, fieldlength="1k"), ["workload", "of space (recordcount x fieldcount",
+                                                                   "size = 128m", "load fewer records"]),
 ]
 
 

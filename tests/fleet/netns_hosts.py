@@ -1,11 +1,13 @@
 """A fleet of fio servers on one machine: one network namespace per host.
 
 Each host is a network namespace tagged with the test process as owner
-(`iolab-<token>-fleet-<i>`), a veth pair whose addresses (10.213.X.1/30 outside,
-10.213.X.2/30 inside) are on a private range checked unused first, `fio --server` bound
-to the inside address (`ip netns exec`), and its own scratch loop device. Everything is
-recorded in a ledger before it is made and removed in reverse order, also after a
-failure; a namespace or veth whose owner died (a killed pytest) is swept at the next start.
+(`iolab-<token>-fleet-<i>`), a veth pair whose addresses are a /30 of the documentation
+ranges (RFC 5737: 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24; .1 outside, .2 inside,
+checked unused first), which no real network uses, so a test can never reach or shadow a real
+host, `fio --server` bound to the inside address (`ip netns exec`), and its own scratch loop
+device. Everything is recorded in a ledger before it is made and removed in reverse order,
+also after a failure; a namespace or veth whose owner died (a killed pytest) is swept at the
+next start. Two test processes at once get different subnets and names (their pids).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,8 +28,9 @@ from iolab.core import cleaners as _cleaners  # noqa: F401  (registers the file 
 from iolab.core import owner as owners
 from iolab.core.resources import Ledger, Resource, register_cleaner
 
-SUBNET_PREFIX = "10.213."
-V6_PREFIX = "fd69:6f6c:"  # a ULA range (fd00::/8): fd69:6f6c:X::/64 beside each 10.213.X.0/30
+_REPO = Path(__file__).resolve().parents[2]
+TEST_NETS = ("192.0.2", "198.51.100", "203.0.113")  # RFC 5737: documentation only, never routed
+V6_PREFIX = "2001:db8:6f6c:"  # RFC 3849 documentation range: 2001:db8:6f6c:X::/64 beside each IPv4 /30
 PORT = 8765
 
 
@@ -112,14 +116,26 @@ def sweep_dead() -> list[str]:
     return gone
 
 
+def subnet(x: int) -> tuple[str, str]:
+    """(outside, inside) address of /30 number x (0..191) of the documentation ranges."""
+    net, base = TEST_NETS[x // 64], (x % 64) * 4
+    return f"{net}.{base + 1}", f"{net}.{base + 2}"
+
+
 def free_subnets(n: int) -> list[int]:
-    """n third octets X with nothing of 10.213.X.0/30 on any interface here."""
+    """n /30 numbers with nothing of theirs on any interface or route here."""
     used = _ip("-o", "-4", "addr", "show").stdout + _ip("-4", "route", "show").stdout
-    taken = {int(m) for m in re.findall(r"10\.213\.(\d+)\.", used)}
-    start = os.getpid() % 200
-    out = [x for x in list(range(start, 250)) + list(range(0, start)) if x not in taken][:n]
+    seen = set(re.findall(r"\d+\.\d+\.\d+\.\d+", used))
+
+    def quad(x: int) -> set[str]:
+        net, base = TEST_NETS[x // 64], (x % 64) * 4
+        return {f"{net}.{base + i}" for i in range(4)}
+
+    taken = {x for x in range(192) if quad(x) & seen}
+    start = os.getpid() % 192
+    out = [x for x in list(range(start, 192)) + list(range(0, start)) if x not in taken][:n]
     if len(out) < n:
-        raise RuntimeError("no free 10.213.X.0/30 subnets")
+        raise RuntimeError("no free /30 subnets in the documentation ranges")
     return out
 
 
@@ -134,6 +150,9 @@ class NsHost:
     image: Path
     server: subprocess.Popen[bytes] | None = None
     server_res: Resource | None = None
+    ledger: Ledger | None = None
+    log_dir: Path | None = None
+    proxy: subprocess.Popen[bytes] | None = None
 
     def kill_server(self) -> None:
         """SIGKILL the server and the jobs it forked, as a crashed host would lose them."""
@@ -142,34 +161,70 @@ class NsHost:
             self.server.wait(timeout=10)
 
 
+    def freeze(self) -> list[int]:
+        """SIGSTOP the server and every process it forked (its connection handler, its job): a host
+        that hangs. The ledger's cleaner SIGKILLs them, stopped or not."""
+        assert self.server is not None
+        pids = [self.server.pid, *_descendants(self.server.pid)]
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def babble(self, mode: str, after: float = 0.5) -> None:
+        """Put a babbling proxy (tests/fleet/babbler.py) on the host's address, in front of its real
+        server, which moves to the namespace's loopback."""
+        assert self.ledger is not None and self.server_res is not None
+        self.kill_server()
+        self.ledger.release(self.server_res)
+        start_server(self.ledger, self, log_dir=self.log_dir, bind=("127.0.0.1", self.port + 1))
+        log = open((self.log_dir or self.image.parent) / f"{self.name}-babbler.log", "wb")
+        with self.ledger.creating("test-fio-server", f"{self.name}-babbler") as res:
+            self.proxy = subprocess.Popen(
+                ["ip", "netns", "exec", self.netns, sys.executable, "-m", "tests.fleet.babbler", "--listen",
+                 self.address, "--port", str(self.port), "--upstream-port", str(self.port + 1), "--mode", mode,
+                 "--after", str(after)],
+                cwd=_REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.ledger.update(res, pid=self.proxy.pid, start=owners.start_time(self.proxy.pid) or 0)
+        _wait_listening(self, self.port, self.proxy, log.name)
+
+
+def _wait_listening(host: NsHost, port: int, proc: subprocess.Popen[bytes], log: str) -> None:
+    deadline = time.monotonic() + 15
+    while not _listening(host.netns, port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{host.name}: nothing listens on port {port}: {Path(log).read_text()}")
+        time.sleep(0.1)
+
+
 def _listening(netns: str, port: int) -> bool:
     out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Hltn", f"sport = :{port}"],
                          capture_output=True, text=True, timeout=10).stdout
     return bool(out.strip())
 
 
-def start_server(ledger: Ledger, host: NsHost, fio: str = "fio", log_dir: Path | None = None) -> None:
-    log = open((log_dir or host.image.parent) / f"{host.name}-server.log", "wb")
-    family = "ip6" if ":" in host.address else "ip"
+def start_server(ledger: Ledger, host: NsHost, fio: str = "fio", log_dir: Path | None = None,
+                 bind: tuple[str, int] | None = None) -> None:
+    """`fio --server` in the host's namespace, on its address (or `bind`)."""
+    address, port = bind or (host.address, host.port)
+    log = (log_dir or host.image.parent) / f"{host.name}-server.log"
+    family = "ip6" if ":" in address else "ip"
     with ledger.creating("test-fio-server", host.name) as res:
         host.server = subprocess.Popen(
-            ["ip", "netns", "exec", host.netns, fio, f"--server={family}:{host.address},{host.port}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            ["ip", "netns", "exec", host.netns, fio, f"--server={family}:{address},{port}"],
+            stdout=open(log, "ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         ledger.update(res, pid=host.server.pid, start=owners.start_time(host.server.pid) or 0)
-    host.server_res = res
-    deadline = time.monotonic() + 15
-    while not _listening(host.netns, host.port):
-        if host.server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"fio server of {host.name} did not listen: "
-                               f"{((log_dir or host.image.parent) / f'{host.name}-server.log').read_text()}")
-        time.sleep(0.1)
+    host.server_res, host.ledger, host.log_dir = res, ledger, log_dir
+    _wait_listening(host, port, host.server, str(log))
 
 
 @contextmanager
 def ns_fleet(workdir: Path, n: int = 3, image_mb: int = 64, start_servers: bool = True,
              ipv6: bool = False) -> Iterator[list[NsHost]]:
     """n namespace hosts with fio servers and loop devices; all removed on exit. ipv6: the servers
-    listen on the veth's IPv6 address (fd69:6f6c:X::2, added without duplicate detection so it
+    listen on the veth's IPv6 address (2001:db8:6f6c:X::2, added without duplicate detection so it
     is usable at once) instead of its IPv4 one; both are on the link."""
     sweep_dead()
     ledger = Ledger(workdir / "ledger")
@@ -184,9 +239,10 @@ def ns_fleet(workdir: Path, n: int = 3, image_mb: int = 64, start_servers: bool 
             with ledger.creating("test-veth", veth_out):
                 _ip("link", "add", veth_out, "type", "veth", "peer", "name", veth_in)
             _ip("link", "set", veth_in, "netns", ns)
-            _ip("addr", "add", f"{SUBNET_PREFIX}{x}.1/30", "dev", veth_out)
+            outside, inside = subnet(x)
+            _ip("addr", "add", f"{outside}/30", "dev", veth_out)
             _ip("link", "set", veth_out, "up")
-            _ip("-n", ns, "addr", "add", f"{SUBNET_PREFIX}{x}.2/30", "dev", veth_in)
+            _ip("-n", ns, "addr", "add", f"{inside}/30", "dev", veth_in)
             if ipv6:
                 _ip("-6", "addr", "add", f"{V6_PREFIX}{x:x}::1/64", "dev", veth_out, "nodad")
                 _ip("-n", ns, "-6", "addr", "add", f"{V6_PREFIX}{x:x}::2/64", "dev", veth_in, "nodad")
@@ -200,7 +256,7 @@ def ns_fleet(workdir: Path, n: int = 3, image_mb: int = 64, start_servers: bool 
                 dev = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True,
                                      check=True, timeout=30).stdout.strip()
                 ledger.update(res, ident=dev)
-            address = f"{V6_PREFIX}{x:x}::2" if ipv6 else f"{SUBNET_PREFIX}{x}.2"
+            address = f"{V6_PREFIX}{x:x}::2" if ipv6 else inside
             hosts.append(NsHost(f"h{i}", ns, veth_out, address, PORT, dev, image))
         if start_servers:
             for h in hosts:

@@ -119,12 +119,12 @@ def test_remote_device_needs_explicit_permission(lab: Lab, fleet3: list[NsHost])
 
 
 @pytest.mark.parametrize("hosts, why", [
-    ('[{name = "a b", address = "10.0.0.1", device = "/dev/x"}]', "host name"),
-    ('[{name = "a", address = "10.0.0.1;rm", device = "/dev/x"}]', "neither"),
-    ('[{name = "a", address = "10.0.0.1", device = "/dev/x", filename = "/f"}]', "exactly one"),
-    ('[{name = "a", address = "10.0.0.1", device = "/dev/../etc/passwd"}]', "no '..'"),
-    ('[{name = "a", address = "10.0.0.1", port = 70000, device = "/dev/x"}]', "port"),
-    ('[{name = "a", address = "10.0.0.1", device = "/dev/x"}, {name = "a", address = "10.0.0.2", '
+    ('[{name = "a b", address = "192.0.2.1", device = "/dev/x"}]', "host name"),
+    ('[{name = "a", address = "192.0.2.1;rm", device = "/dev/x"}]', "neither"),
+    ('[{name = "a", address = "192.0.2.1", device = "/dev/x", filename = "/f"}]', "exactly one"),
+    ('[{name = "a", address = "192.0.2.1", device = "/dev/../etc/passwd"}]', "no '..'"),
+    ('[{name = "a", address = "192.0.2.1", port = 70000, device = "/dev/x"}]', "port"),
+    ('[{name = "a", address = "192.0.2.1", device = "/dev/x"}, {name = "a", address = "192.0.2.2", '
      'device = "/dev/x"}]', "unique"),
     ('[]', "hosts"),
 ])
@@ -158,50 +158,169 @@ def test_mismatched_fio_names_each_hosts_version(fleet3: list[NsHost], tmp_path:
     """Real servers, real probes; only this machine's version is pretended (one fio is installed
     here, so a second protocol version cannot be started for real)."""
     from iolab.core.errors import RefusedError
-    from iolab.core.exec import HostExecutor
     from iolab.fleet import checks
     from iolab.fleet.hosts import FleetHost
     from iolab.workloads import fio_engine
 
     hosts = [FleetHost(name=h.name, address=h.address, port=h.port, device=h.device) for h in fleet3]
-    ex = HostExecutor(tmp_path)
-    try:
-        facts = checks.check(ex, hosts, tmp_path)  # the same fio everywhere: accepted
-        assert {f.fio for f in facts.values()} == {fio_engine.fio_version()}
-        monkeypatch.setattr(fio_engine, "fio_version", lambda: "fio-9.99")
-        with pytest.raises(RefusedError) as exc:
-            checks.check(ex, hosts, tmp_path)
-    finally:
-        ex.close()
+    run = checks.runner(tmp_path)
+    facts = checks.check(run, hosts)  # the same fio everywhere: accepted
+    assert {f.fio for f in facts.values()} == {fio_engine.fio_version()}
+    monkeypatch.setattr(fio_engine, "fio_version", lambda: "fio-9.99")
+    with pytest.raises(RefusedError) as exc:
+        checks.check(run, hosts)
     text = str(exc.value)
     assert "fio versions differ" in text and "this machine (fio --client): fio-9.99" in text
     assert all(f"{h.name} ({h.address}:{h.port}, {h.device}): {facts[h.name].fio}" in text for h in fleet3)
 
 
-def test_a_probe_log_that_comes_back_empty_is_probed_again(fleet3: list[NsHost], tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Real servers and probes; the first rate log a host sends back reads as empty (what ci6
-    met once under load: one host's skew None). The probe runs again and measures the skew; a
-    host whose logs never come back keeps None after PROBE_TRIES probes, and the run goes on."""
-    from iolab.core.exec import HostExecutor
-    from iolab.fleet import checks
+def test_skew_of_hosts_on_another_clock_is_the_best_of_several_probes(fleet3: list[NsHost], tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts declared on another machine (same_machine = false; really on this clock, so the truth is
+    0): each is probed skew.PROBES times and its skew is the highest lower bound, a few ms below 0
+    and far tighter than one probe's; a probe whose log comes back empty is just one bound fewer; a
+    host whose logs never come back has an unknown skew. Hosts on this machine's clock are not
+    probed for it at all (exactly 0)."""
+    from iolab.fleet import checks, skew
+    from iolab.fleet import client as fleet_client
     from iolab.fleet.hosts import FleetHost
 
-    hosts = [FleetHost(name=h.name, address=h.address, port=h.port, device=h.device) for h in fleet3]
-    real, calls = checks.parse_log, {"n": 0}
+    remote = [FleetHost(name=h.name, address=h.address, port=h.port, device=h.device, same_machine=False)
+              for h in fleet3]
+    real, calls = fleet_client.parse_log, {"n": 0}
 
     def first_empty(text: str) -> list:
         calls["n"] += 1
         return [] if calls["n"] == 1 else real(text)
 
-    monkeypatch.setattr(checks, "parse_log", first_empty)
-    ex = HostExecutor(tmp_path)
+    monkeypatch.setattr(fleet_client, "parse_log", first_empty)
+    facts = checks.probe(checks.runner(tmp_path), remote)
+    for f in facts.values():
+        s = f.skew
+        print(f.name, s.ms, s.spread_ms, s.bounds)
+        assert s.ms is not None and -60 < s.ms <= 5, s  # true skew 0; the estimate is low by the delivery
+        assert s.ms == max(s.bounds) and len(s.bounds) >= skew.PROBES - 1
+        assert "minimum-delay" in s.method and not s.exact
+    assert sum(len(f.skew.bounds) for f in facts.values()) == 3 * skew.PROBES - 1  # one came back empty
+    local = [FleetHost(name=h.name, address=h.address, port=h.port, device=h.device, same_machine=True)
+             for h in fleet3]
+    calls["n"] = -10**9  # would count every log read
+    facts = checks.probe(checks.runner(tmp_path), local)
+    assert all(f.skew.exact and f.skew.ms == 0.0 for f in facts.values())
+    assert calls["n"] == -10**9 + 3  # one version probe per host, no skew probes
+    monkeypatch.setattr(fleet_client, "parse_log", lambda text: [])
+    lost = checks.probe(checks.runner(tmp_path), remote[:1])[remote[0].name]
+    assert lost.skew.ms is None and lost.problem is None and lost.fio  # answered, clock unknown
+
+
+def _own_metrics(lab: Lab, t: dict[str, Any], host: str) -> dict[str, float]:
+    """The host's own metrics recomputed from the fio document stored for it."""
+    import json as _json
+
+    from iolab.workloads.fio_engine import job_metrics
+
+    (raw,) = lab.query("SELECT raw_json FROM trials WHERE trial_id = ?", t["id"])
+    doc = _json.loads(raw[0])["hosts"][host]
+    entries = [e for e in doc["client_stats"] if e.get("jobname") != "All clients"]
+    assert len(entries) == 1
+    return job_metrics(entries[0])
+
+
+def test_a_hung_host_and_a_babbling_host_fail_alone_in_about_the_trials_time(lab: Lab,
+                                                                             fleet3: list[NsHost]) -> None:
+    """Three real fio servers: h1 SIGSTOPped (it and every process it forked) mid-trial, h2 behind a
+    proxy that slips text imitating fio's JSON and then bytes that are no fio frame into its stream
+    mid-trial. h0's result is complete and exactly its own fio's; h1 and h2 fail with their reasons;
+    the trial ends about its own time after the load began, not at its timeout plus a grace."""
+    healthy, hung, babbler = fleet3
+    babbler.babble("garbage", after=1.0)
+    runtime = 4.0
+    proc = lab.popen("run", lab.spec(fleet_spec(fleet3, runtime=runtime, reps=1)))
+    deadline = time.monotonic() + 120
+    assert hung.server is not None
+    while not _device_open(hung.device, hung.server.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    load_began = time.monotonic()
+    time.sleep(1.0)
+    hung.freeze()
+    out, err = proc.communicate(timeout=300)
+    took = time.monotonic() - load_began
+    assert proc.returncode == 0, out + err
+    (t,) = lab.report_json()["trials"]
+    assert t["status"] == "ok", t.get("error")
+    m = t["metrics"]
+    print(f"load began -> iolab done: {took:.1f} s (job {runtime:.0f} s)", t["flags"])
+    # about the trial's own time: the job, a peer lag, a stop grace; the old single client waited for
+    # the trial timeout (3 x estimate + 60 s = 78 s here) plus 15 s
+    assert took < runtime + 25, took
+    assert m["fleet_hosts"] == 3 and m["fleet_hosts_ok"] == 1
+    failed = t["manifest"]["workload_facts"]["fleet_failed_hosts"]
+    assert set(failed) == {hung.name, babbler.name}, failed
+    assert "hangs or stopped answering" in failed[hung.name] and hung.address in failed[hung.name]
+    assert "bad crc" in failed[babbler.name] or "disconnected" in failed[babbler.name], failed[babbler.name]
+    assert not any(k.startswith((f"host:{hung.name}:", f"host:{babbler.name}:")) for k in m)
+    # the healthy host: complete, and exactly what its own fio reported
+    own = _own_metrics(lab, t, healthy.name)
+    for k, v in own.items():
+        assert m[f"host:{healthy.name}:{k}"] == pytest.approx(v), k
+    assert own["read_iops"] > 0 and own["runtime_s"] >= runtime * 0.9
+    # its logs came back: the aggregate is over its own samples, not a whole-run fallback
+    assert not [f for f in t["flags"] if f.startswith("fleet_window_unmeasured")], t["flags"]
+    assert m["iops"] == pytest.approx(own["iops"], rel=0.35)
+    flag = next(f for f in t["flags"] if f.startswith("fleet_partial"))
+    assert "1 of 3" in flag and hung.name in flag and babbler.name in flag
+    lab.assert_nothing_left()
+
+
+def test_stray_text_before_fio_json_fails_no_host(lab: Lab, fleet3: list[NsHost]) -> None:
+    """A server whose text imitates fio's JSON (`hello\\n{not json`, a fake header claiming 1e12 IOPS)
+    before the real document: every host's result is its real one, read from fio's own header."""
+    talker = fleet3[1]
+    talker.babble("text", after=0.5)
+    r = lab.iolab("run", lab.spec(fleet_spec(fleet3, runtime=2, reps=1)), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (t,) = lab.report_json()["trials"]
+    assert t["status"] == "ok" and t["metrics"]["fleet_hosts_ok"] == 3, t.get("flags")
+    for h in fleet3:
+        own = _own_metrics(lab, t, h.name)
+        assert t["metrics"][f"host:{h.name}:iops"] == pytest.approx(own["iops"]) and own["iops"] < 1e9
+    said = t["manifest"]["workload_facts"]["fleet_host_messages"]
+    assert "not json" in said[talker.name]
+    lab.assert_nothing_left()
+
+
+def test_a_slow_host_of_a_job_that_ends_by_size_is_not_taken_for_hung(tmp_path: Path) -> None:
+    """Peers' results tell when a host hangs only for a time-based job (same length everywhere). A job
+    that ends by size (a prefill) takes as long as its host's disk needs: a host 8 s slower than the
+    other is waited for, not stopped 5 s after the other's result came back."""
+    from iolab.core.net import free_port
+    from iolab.fleet import client as fleet_client
+    from iolab.fleet.hosts import FleetHost
+    from tests.fleet.netns_hosts import _kill_server_tree
+
+    ports = [free_port(), free_port()]
+    servers = [subprocess.Popen(["fio", f"--server=ip:127.0.0.1,{p}"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True) for p in ports]
     try:
-        facts = checks.check(ex, hosts, tmp_path)
-        assert all(f.skew_ms is not None and -1000 < f.skew_ms <= 5 for f in facts.values()), facts
-        assert calls["n"] >= len(hosts) + 1  # the first host was probed twice
-        monkeypatch.setattr(checks, "parse_log", lambda text: [])
-        lost = checks.probe(ex, hosts[0], tmp_path)
+        for p in ports:
+            end = time.monotonic() + 15
+            while subprocess.run(["ss", "-Hltn", f"sport = :{p}"], capture_output=True, text=True).stdout == "":
+                assert time.monotonic() < end
+                time.sleep(0.1)
+        hosts = [FleetHost(name=f"h{i}", address="127.0.0.1", port=p, filename=f"/nonexistent/{i}")
+                 for i, p in enumerate(ports)]
+        jobs = {"h0": "[fast]\nioengine=null\nsize=4m\nbs=4k\n",
+                "h1": "[slow]\nioengine=null\nsize=40k\nbs=4k\nrate_iops=1\n"}  # 10 I/Os at 1 per second
+        assert fleet_client.expected_seconds(jobs["h1"]) is None
+        base = tmp_path / "clients"
+        base.mkdir(mode=0o700)
+        t0 = time.monotonic()
+        run = fleet_client.run_clients(base, None, hosts, jobs, timeout_s=120)
+        took = time.monotonic() - t0
     finally:
-        ex.close()
-    assert lost.skew_ms is None and lost.problem is None and lost.fio  # answered, clock unknown
+        for s in servers:
+            _kill_server_tree(s.pid)
+            s.wait(timeout=10)
+    assert run.failed == {}, run.failed
+    assert {r.name for r in run.ok} == {"h0", "h1"} and took > 8, took

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from iolab.fleet.aggregate import FIO_PLAT_VAL, plat_idx_to_val
-from tests.core.helpers import Lab, make_lab
+from tests.core.helpers import Lab, fio_workload, make_lab, study_table
 from tests.fleet.netns_hosts import NsHost
 from tests.fleet.specs import fleet_spec
 
@@ -94,3 +94,76 @@ def _no_ipv6() -> str | None:
     except OSError:
         return "this kernel has no IPv6 (/proc/sys/net/ipv6 is absent)"
     return None
+
+
+def test_skew_of_hosts_on_another_clock_is_measured_again_and_its_flags_follow_its_numbers(
+        lab: Lab, fleet3: list[NsHost]) -> None:
+    """Hosts declared on another machine: their skew is the minimum-delay estimate of several probes,
+    measured again before a trial when older than `clock_skew_every_s`; each trial records the skew
+    it placed each host with and is flagged exactly when those numbers say the skew is uncertain by
+    more than the window's tolerance (recomputed here from what the trial stored)."""
+    from iolab.fleet import skew
+    from tests.fleet.specs import fleet_target
+
+    target = fleet_target(fleet3, same_machine=False).replace('kind = "fleet"\n',
+                                                               'kind = "fleet"\nclock_skew_every_s = 1\n', 1)
+    spec = lab.spec(study_table("skew", repetitions=2, max_repetitions=2) + fio_workload(runtime=1, size="32M")
+                    + target)
+    allow = [a for h in fleet3 for a in ("--destroy-data", f"{h.name}:{h.device}")]
+    r = lab.iolab("run", spec, *allow, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    trials = [t for t in lab.report_json()["trials"] if t["status"] == "ok"]
+    assert len(trials) == 2
+    measured = []
+    for t in trials:
+        facts = t["manifest"]["workload_facts"]
+        interval = facts["fleet_log_interval_ms"]
+        known = {}
+        for h in fleet3:
+            s = facts["fleet_clock_skew"][h.name]
+            assert s["clock_skew_method"].startswith("minimum-delay estimate of")
+            assert -200 < s["clock_skew_ms"] <= 5 and len(s["clock_skew_probes_ms"]) >= skew.PROBES - 1, s
+            known[h.name] = skew.Skew(s["clock_skew_ms"], s["clock_skew_method"], s["clock_skew_spread_ms"])
+        measured.append({n: facts["fleet_clock_skew"][n]["clock_skew_measured_at"] for n in known})
+        again = skew.for_trial(known, facts["fleet_clock_skew_log_bound_ms"], interval)
+        assert again.used == pytest.approx(facts["fleet_clock_skew_ms"])
+        assert [f for f in t["flags"] if f.startswith("fleet_skew")] == again.flags, (t["flags"], facts)
+        print(t["flags"], facts["fleet_clock_skew_ms"], facts["fleet_clock_skew_log_bound_ms"])
+    assert all(measured[1][n] > measured[0][n] for n in measured[0]), measured  # measured again
+    lab.assert_nothing_left()
+
+
+def test_a_host_on_a_plain_unix_socket_gets_its_logs_back(lab: Lab, tmp_path: Path) -> None:
+    """A bare `fio --server=sock:PATH`: fio's client names the host's logs `<log>.<socket path>`, which
+    with an absolute path names a directory that does not exist, so they were lost and every trial
+    fell back to whole-run sums (`fleet_window_unmeasured`). Through iolab's relay socket in the
+    client's work dir they come back, the aggregate is over the common window, and the skew of a
+    host on this machine's clock is exactly 0."""
+    import subprocess
+    import time
+
+    from tests.fleet.netns_hosts import _kill_server_tree
+
+    sock = tmp_path / "fio.sock"
+    server = subprocess.Popen(["fio", f"--server=sock:{sock}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        end = time.monotonic() + 15
+        while not sock.exists():
+            assert server.poll() is None and time.monotonic() < end
+            time.sleep(0.05)
+        spec = lab.spec(study_table("sock", repetitions=2, max_repetitions=2) + fio_workload(size="8M", runtime=2)
+                        + f'[target]\nkind = "fleet"\n[[target.hosts]]\nname = "local"\naddress = "{sock}"\n'
+                          f'filename = "{tmp_path / "data.bin"}"\n')
+        r = lab.iolab("run", spec, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        _kill_server_tree(server.pid)
+        server.wait(timeout=10)
+    trials = lab.report_json()["trials"]
+    assert [t["status"] for t in trials] == ["ok", "ok"], [t.get("error") for t in trials]
+    for t in trials:
+        assert not [f for f in t["flags"] if f.startswith(("fleet_window_unmeasured", "fleet_skew"))], t["flags"]
+        assert 0 < t["metrics"]["fleet_window_s"] <= 2.5
+        assert t["manifest"]["workload_facts"]["fleet_clock_skew_ms"] == {"local": 0.0}
+    lab.assert_nothing_left()

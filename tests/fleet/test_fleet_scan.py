@@ -131,7 +131,7 @@ def test_fleet_scan_without_hosts_or_with_a_bad_hosts_file_exits_2_naming_file_a
     r = lab.iolab("study", "fleet-scan", "--quick")
     assert r.returncode == 2 and "--hosts FILE" in r.stderr and "Traceback" not in r.stderr, r.stderr
     bad = tmp_path / "bad.toml"
-    bad.write_text('[[hosts]]\nname = "a b"\naddress = "10.0.0.1"\ndevice = "/dev/sdz"\n'
+    bad.write_text('[[hosts]]\nname = "a b"\naddress = "192.0.2.1"\ndevice = "/dev/sdz"\n'
                    '[[hosts]]\nname = "ok"\naddress = "not an address!"\nfilename = "/srv/x"\n')
     r = lab.iolab("study", "fleet-scan", "--quick", "--hosts", bad, "--dry-run")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

@@ -12,6 +12,7 @@ two writers at once losing nothing; and opening checks that create nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import sqlite3
@@ -29,7 +30,7 @@ from iolab.core import owner
 from iolab.core.errors import InputError, IolabError
 from iolab.core.model import TrialResult
 from iolab.store import registry
-from iolab.store.base import Store
+from iolab.store.base import OriginConflict, RunRecord, Store
 
 # backend class -> how a test gets a fresh, empty store of it (a --db value); the PostgreSQL
 # one is a new database on the session's real server (conftest.py)
@@ -161,6 +162,24 @@ def test_saving_a_trial_id_again_replaces_it(store: Store) -> None:
     assert store.raw("r1", "cfg0-r0") == {"v": 2}
 
 
+def test_a_run_of_another_origin_is_replaced_only_when_forced(store: Store) -> None:
+    """put_run (iolab push): the same origin replaces in place; another host (or role) is refused,
+    and forced, the run is replaced whole (its old trials gone from it) and the old one returned."""
+    rec = RunRecord("r", "s", "builtin:s", {"x": 1}, {}, "complete", 1.0, 2.0, {"kernel": "6.1"}, {}, None, "host-a")
+    assert store.put_run(rec) is None
+    store.save_trial("r", _trial(0), {"raw": 0})
+    assert store.put_run(dataclasses.replace(rec, status="partial")) is None, "same origin: replaced in place"
+    assert [t.trial_id for t in store.trials("r")] == ["cfg0-r0"]
+    other = dataclasses.replace(rec, owner_host="host-b", status="running", spec={"x": 2})
+    with pytest.raises(OriginConflict, match="holds run r from .*@host-a, not .*@host-b"):
+        store.put_run(other)
+    assert store.resolve("r").status == "partial" and store.resolve("r").owner_host == "host-a"
+    old = store.put_run(other, force=True)
+    assert old is not None and (old.status, old.owner_host, old.spec) == ("partial", "host-a", {"x": 1})
+    now = store.resolve("r")
+    assert (now.status, now.owner_host, now.spec) == ("running", "host-b", {"x": 2}) and store.trials("r") == []
+
+
 def test_a_store_keeps_everything_across_closing_and_reopening(ref: str) -> None:
     s = registry.open_store(ref)
     _run(s, "r1")
@@ -288,12 +307,13 @@ def test_an_unknown_store_scheme_is_exit_2_naming_it(tmp_path: Path) -> None:
         assert argv[-1] in r.stderr and "no results store for" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_newer_sqlite_schema_is_refused(tmp_path: Path) -> None:
+def test_a_newer_sqlite_schema_is_refused_for_writing(tmp_path: Path) -> None:
+    """A store whose newer migrations need newer writers (test_upgrades.py has the whole range)."""
     db = tmp_path / "r.sqlite"
     s = registry.open_store(db)
     s.close()
     con = sqlite3.connect(db)
-    con.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    con.execute("UPDATE meta SET value='999' WHERE key IN ('schema_version', 'min_writer_version')")
     con.commit()
     con.close()
     with pytest.raises(IolabError, match="schema version 999, newer"):

@@ -15,7 +15,7 @@ import pytest
 from iolab import doctor as d
 from iolab.core.model import TrialResult
 from iolab.store import registry, schema
-from iolab.store.spool import Spool
+from iolab.store.spool import Spool, trial_op
 from tests.core.helpers import drive, make_lab
 
 from .pgserver import PASSWORD, PASSWORD_ROLE, PgServer
@@ -27,7 +27,7 @@ def test_the_store_decision_on_given_facts() -> None:
     assert "migrated to v2" in d.store_check("pg://h/db", None, 1, 2, 0).detail
     assert d.store_check("pg://h/db", None, 2, 2, 0).detail == "pg://h/db: schema v2, writable"
     warn = d.store_check("pg://h/db", None, 2, 2, 3)
-    assert warn.state == "warn" and "3 trial(s) wait in the local spool" in warn.detail
+    assert warn.state == "warn" and "3 write(s) wait in the local spool" in warn.detail
     bad = d.store_check("pg://h/db", "cannot connect", None, 2, 0)
     assert bad.state == "fail" and bad.detail == "pg://h/db: cannot connect"
 
@@ -45,7 +45,8 @@ def test_doctor_checks_the_configured_store_for_real(pg_server: PgServer, tmp_pa
     newer = pg_server.fresh_url()
     registry.open_store(newer).close()
     with psycopg.connect(newer, autocommit=True) as conn:
-        conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+        # a newer iolab's store that this one may neither read nor write
+        conn.execute("UPDATE iolab.meta SET value='99' WHERE key IN ('schema_version', 'min_reader_version')")
     secret = pg_server.url("postgres", f"{PASSWORD_ROLE}:wrong-{PASSWORD}")
     lab = make_lab(tmp_path / "lab")
     try:
@@ -74,9 +75,9 @@ def test_trials_waiting_in_the_spool_warn(pg_server: PgServer, tmp_path: Path, m
     monkeypatch.setenv("IOLAB_DATA", str(tmp_path))
     url = pg_server.fresh_url()
     registry.open_store(url).close()
-    Spool(registry.shown(url)).add("r", _trial(), None)
+    Spool(registry.shown(url)).add(trial_op("r", _trial(), None, 1.0))
     line = d._store(url, "--db")
-    assert line.state == "warn" and "1 trial(s) wait in the local spool" in line.detail
+    assert line.state == "warn" and "1 write(s) wait in the local spool" in line.detail
 
 
 def _trial() -> TrialResult:

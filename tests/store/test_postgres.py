@@ -23,7 +23,7 @@ from iolab.core.errors import InputError, IolabError
 from iolab.core.model import TrialResult
 from iolab.runner.runner import new_run_id
 from iolab.store import registry, schema
-from iolab.store.spool import Spool
+from iolab.store.spool import Spool, trial_op
 
 from .pgserver import PASSWORD, PASSWORD_ROLE, PgServer
 
@@ -33,17 +33,18 @@ def test_a_new_store_gets_every_migration_once_and_a_newer_one_is_refused(pg_ser
     registry.open_store(url).close()
     registry.open_store(url).close()  # a second opening migrates nothing
     with psycopg.connect(url, autocommit=True) as conn:
-        version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchall()
+        version = conn.execute("SELECT value FROM iolab.meta WHERE key='schema_version'").fetchall()
         assert version == [(str(schema.LATEST),)]
         kinds = dict(conn.execute("SELECT column_name, data_type FROM information_schema.columns"
-                                  " WHERE table_name='trials'").fetchall())
+                                  " WHERE table_schema='iolab' AND table_name='trials'").fetchall())
         assert kinds["started"] == "double precision", "epoch seconds need 8 bytes"
-        assert conn.execute("SELECT to_regclass('runs_by_created') IS NOT NULL").fetchone() == (True,)
-        conn.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+        assert conn.execute("SELECT to_regclass('iolab.runs_by_created') IS NOT NULL").fetchone() == (True,)
+        assert conn.execute("SELECT to_regclass('public.runs') IS NULL").fetchone() == (True,), "own schema"
+        conn.execute("UPDATE iolab.meta SET value='999' WHERE key IN ('schema_version', 'min_writer_version')")
     with pytest.raises(IolabError, match="schema version 999, newer than this iolab"):
         registry.open_store(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE meta SET value='x9' WHERE key='schema_version'")
+        conn.execute("UPDATE iolab.meta SET value='x9' WHERE key='schema_version'")
     with pytest.raises(IolabError, match="not a number"):
         registry.open_store(url)
 
@@ -62,7 +63,7 @@ def test_two_processes_creating_one_new_store_at_once_both_succeed(pg_server: Pg
         p.join(60)
         assert p.exitcode == 0
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM meta WHERE key='schema_version'").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM iolab.meta WHERE key='schema_version'").fetchone() == (1,)
 
 
 def _pw_db(pg_server: PgServer) -> str:
@@ -124,7 +125,8 @@ def test_a_role_that_may_not_write_is_refused_before_a_run(pg_server: PgServer) 
         conn.execute("DROP ROLE IF EXISTS reader")
         conn.execute("CREATE ROLE reader LOGIN")
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("GRANT SELECT ON runs, trials, meta TO reader")
+        conn.execute("GRANT USAGE ON SCHEMA iolab TO reader")
+        conn.execute("GRANT SELECT ON iolab.runs, iolab.trials, iolab.meta TO reader")
     reader = pg_server.url(name, "reader")
     with pytest.raises(InputError, match="'reader' may not write"):
         registry.check_target(reader)
@@ -156,13 +158,15 @@ def test_a_password_never_reaches_the_recorded_command_line(monkeypatch: pytest.
     from iolab.store.urls import scrub
 
     argv = ["iolab", "run", "x.toml", "--db", f"postgresql://u:{PASSWORD}@h/db",
-            f"--db=postgres://u:{PASSWORD}@h:5432/db?sslmode=require", f"postgresql://u@h/db?password={PASSWORD}&a=b",
+            f"--db=postgres://u:{PASSWORD}@h:5432/db?sslmode=require", f"postgresql://u@h/db?password={PASSWORD}&application_name=b",
             f"postgresql://u:p@{PASSWORD}@h/db"]
     monkeypatch.setattr(sys, "argv", argv)
     recorded = environment()["command"]
     assert PASSWORD not in " ".join(recorded), recorded
     assert recorded[:3] == argv[:3] and recorded[3] == "--db" and recorded[4] == "postgresql://u:***@h/db"
-    assert recorded[6] == "postgresql://u@h/db?password=***&a=b"
+    assert recorded[6] == "postgresql://u:***@h/db?application_name=b"
+    assert recorded[7] == "postgresql://(a URL libpq cannot parse: an '@' inside a user name or password must be " \
+                          "written %40)"
     assert scrub("/plain/path.sqlite") == "/plain/path.sqlite"
 
 
@@ -177,8 +181,8 @@ def test_a_spooled_trial_the_server_refuses_is_set_aside_not_blocking_the_rest(
     try:
         s.create_run("r1", "s", "builtin:s", {}, {}, {})
         spool = Spool(s.location)
-        spool.add("no-such-run", _t("poison"), None)  # its run is not in this store: refused forever
-        spool.add("r1", _t("kept-1"), {"raw": 1})
+        spool.add(trial_op("no-such-run", _t("poison"), None, 1.0))  # its run is not in this store: never taken
+        spool.add(trial_op("r1", _t("kept-1"), {"raw": 1}, 2.0))
         s.save_trial("r1", _t("new-2"), None)
         assert [t.trial_id for t in s.trials("r1")] == ["kept-1", "new-2"], "kept trials go first, in order"
         assert s.raw("r1", "kept-1") == {"raw": 1}
@@ -212,3 +216,34 @@ def test_a_server_back_within_the_retry_window_takes_the_trial_directly(
         assert s.resolve("r1").status == "complete"
     finally:
         s.close()
+
+
+def test_a_role_that_may_only_read_uses_runs_report_and_history(pg_server: PgServer, tmp_path: Path) -> None:
+    """Opening for reading migrates nothing and writes nothing: a role granted SELECT only reads."""
+    url = pg_server.fresh_url()
+    s = registry.open_store(url)
+    try:
+        s.create_run("r1", "s", "builtin:s", {"study": {"name": "s"}}, {}, {"hostname": "h"})
+        s.save_trial("r1", _t("t1"), None)
+        s.set_status("r1", "complete")
+    finally:
+        s.close()
+    name = url.split("/")[3].split("?")[0]
+    with psycopg.connect(url, autocommit=True) as conn:
+        where = "iolab" if conn.execute("SELECT to_regnamespace('iolab') IS NOT NULL").fetchone() == (True,) \
+            else "public"
+    with pg_server.admin() as conn:
+        conn.execute("DROP ROLE IF EXISTS only_reads")
+        conn.execute("CREATE ROLE only_reads LOGIN")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"GRANT USAGE ON SCHEMA {where} TO only_reads")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {where} TO only_reads")
+    reader = pg_server.url(name, "only_reads")
+    env = {**os.environ, "IOLAB_DATA": str(tmp_path)}
+    env.pop("IOLAB_DB", None)
+    for argv in (["runs", "--db", reader], ["report", "r1", "--format", "json", "--db", reader],
+                 ["history", "s", "--db", reader]):
+        r = subprocess.run([sys.executable, "-m", "iolab.cli", *argv], capture_output=True, text=True, env=env,
+                           timeout=60)
+        assert "Traceback" not in r.stderr, (argv, r.stderr)
+        assert r.returncode == 0, (argv, r.stderr)

@@ -45,17 +45,17 @@ def _spec(lab: Lab, name: str, reps: int = 2, bs: list[str] | None = None) -> Pa
 def _rows(url: str, run_id: str | None = None) -> list[tuple]:
     """(run_id, trial_id, status) of every stored trial, in stored order."""
     with psycopg.connect(url, autocommit=True) as conn:
-        if conn.execute("SELECT to_regclass('trials')").fetchone() == (None,):
+        if conn.execute("SELECT to_regclass('iolab.trials')").fetchone() == (None,):
             return []  # iolab has not made its tables yet
         if run_id is None:
-            return conn.execute("SELECT run_id, trial_id, status FROM trials ORDER BY run_id, seq").fetchall()
-        return conn.execute("SELECT run_id, trial_id, status FROM trials WHERE run_id=%s ORDER BY seq",
+            return conn.execute("SELECT run_id, trial_id, status FROM iolab.trials ORDER BY run_id, seq").fetchall()
+        return conn.execute("SELECT run_id, trial_id, status FROM iolab.trials WHERE run_id=%s ORDER BY seq",
                             (run_id,)).fetchall()
 
 
 def _runs(url: str) -> list[tuple[str, str]]:
     with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute("SELECT id, status FROM runs ORDER BY created").fetchall()
+        return conn.execute("SELECT id, status FROM iolab.runs ORDER BY created").fetchall()
 
 
 def test_a_study_interrupted_and_resumed_on_postgresql_then_runs_report_compare(pg_lab: tuple[Lab, str]) -> None:

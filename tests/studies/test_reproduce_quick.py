@@ -15,7 +15,7 @@ from tests.report.browser import open_report_in_browser
 from tests.statcheck import UndecidedWarning
 from tests.studies.conftest import Reproduced
 
-VERDICTS = {claims.HOLDS, claims.DIFFERS, claims.UNTESTABLE}
+VERDICTS = {claims.HOLDS, claims.DIFFERS, claims.UNDECIDED, claims.UNTESTABLE}
 
 
 def test_reproduce_quick_page_has_every_claim_with_a_verdict_and_a_reason(reproduced: Reproduced) -> None:
@@ -39,6 +39,13 @@ def test_reproduce_quick_page_has_every_claim_with_a_verdict_and_a_reason(reprod
         assert r["verdict"] in VERDICTS, (cid, r["verdict"])
         assert len(r["reason"]) > 20 and not r["reason"].startswith("could not evaluate"), (cid, r["reason"])
         assert r["run_id"] == reproduced.children[r["study"]], cid
+        if r["verdict"] == claims.UNDECIDED:  # says what would decide it
+            assert r["decide"] is not None and "repetition" in r["reason"], (cid, r)
+    print("\n".join(f"{cid}: {r['verdict']} — {r['value']}" for cid, r in rows.items()))
+    # the page's verdicts are one family, and the page says how its error is controlled
+    fam = doc["findings"]["family"]
+    assert fam["verdicts"] == sum(r["verdict"] != claims.UNTESTABLE for r in rows.values())
+    assert fam["intervals"] >= fam["verdicts"]
     # R2's block-size effect is measured on the host (no guest): its verdict must follow the rule
     # on the interval this machine measured, and the effect must show in the direction the paper says
     _check_block_size_verdict(rows["R2-block-size"])
@@ -53,18 +60,33 @@ def test_reproduce_quick_page_has_every_claim_with_a_verdict_and_a_reason(reprod
 
 
 def _check_block_size_verdict(row: dict) -> None:
-    """holds iff the CI of (512 B time / 4 KiB time) lies at or above 3x, differs iff below, and
-    "too noisy to decide" only when the CI straddles 3x (a busy machine: warned, never failed)."""
+    """holds iff the interval of (4 KiB speed / 512 B speed) lies wholly at or above 3x, differs iff
+    wholly below, undecided when it straddles 3x (a busy machine: warned, never failed)."""
     est = row["estimate"]
     assert est and est["n"] >= 2, row
     mean, (lo, hi) = est["mean"], est["ci95"]
     assert mean > 1, f"4 KiB O_SYNC writes must be faster than 512 B for the same data: {row}"
     expected = (claims.HOLDS if lo is not None and lo >= 3 else
-                claims.DIFFERS if hi is not None and hi < 3 else claims.UNTESTABLE)  # None: no finite bound
+                claims.DIFFERS if hi is not None and hi < 3 else claims.UNDECIDED)  # None: no finite bound
     assert row["verdict"] == expected, (expected, row)
-    if expected == claims.UNTESTABLE:
-        assert row["reason"].startswith("too noisy to decide"), row
+    if expected == claims.UNDECIDED:
+        assert "straddles 3×" in row["reason"], row
         warnings.warn(UndecidedWarning(f"R2 block size: {row['value']} straddles 3x on this machine"), stacklevel=2)
+
+
+def test_no_interval_of_a_quick_study_leaves_its_declared_range(reproduced: Reproduced) -> None:
+    """Every estimate in every built-in study's stored --quick results (the study's findings, and every
+    metric of every configuration) lies in its metric's declared range and, unless it is an exact
+    count, has width (issue 24, points 4 and 5)."""
+    from iolab.analysis import generic
+    from tests.analysis.test_domains import assert_estimates_in_range
+
+    seen = 0
+    for name in RUN_ORDER:
+        _, doc = reproduced.study(name, complete=False)
+        seen += assert_estimates_in_range(doc["findings"], name)
+        seen += assert_estimates_in_range(generic.analyze(doc), f"{name} (every metric)")
+    assert seen > 500, seen
 
 
 def test_reproduce_page_renders_offline_with_links_to_each_study(reproduced: Reproduced) -> None:
@@ -77,6 +99,8 @@ def test_reproduce_page_renders_offline_with_links_to_each_study(reproduced: Rep
         assert c.text[:40] in body, c.id
     for verdict in VERDICTS:
         assert verdict in body or all(r["verdict"] != verdict for r in reproduced.doc["findings"]["claims"])
+    fam = reproduced.doc["findings"]["family"]
+    assert f"the {fam['intervals']} intervals behind them" in body and "at most 5%" in body, "no error control stated"
     html = page.read_text()
     for study, run_id in reproduced.children.items():
         assert run_id in html, study

@@ -44,7 +44,7 @@ def test_like_for_like_agreement_says_so_with_its_evidence() -> None:
     helper = [_helper("o_sync", 4096, v, 512) for v in (4.0, 4.1, 4.2, 4.1)]
     fio = [_fio("o_sync", 4096, v, 512, 0) for v in (4.1, 4.2, 4.0, 4.15)]
     [row] = crosscheck(fio, helper)
-    assert row["verdict"] == "agrees" and row["agrees"]
+    assert row["verdict"] == "holds" and row["agrees"]
     assert "both appended to a new file" in row["reason"] and "journal commits 1.00 per write" in row["reason"]
 
 
@@ -66,18 +66,20 @@ def test_flags_are_named_as_causes() -> None:
     assert "fio's trials were flagged generator_cpu_bound" in row["reason"]
 
 
-def test_a_wide_interval_is_inconclusive_not_agreement() -> None:
+def test_a_wide_interval_is_undecided_not_agreement() -> None:
     helper = [_helper("o_direct", 65536, v, 1) for v in (150, 550, 300)]
     fio = [_fio("o_direct", 65536, v, 1, 0) for v in (330, 700, 400)]
     [row] = crosscheck(fio, helper)
-    assert row["verdict"] == "inconclusive"
-    assert row["reason"].startswith("too noisy to decide") and "0.80–1.25" in row["reason"]
+    assert row["verdict"] == "undecided"
+    assert row["reason"].startswith("undecided") and "0.80–1.25" in row["reason"]
+    assert "more repetition" in row["reason"] and row["decide"]["configurations"], row
 
 
 def test_verdict_band_edges() -> None:
-    assert verdict({"mean": 1.0, "ci95": [0.81, 1.24]}) == "agrees"
-    assert verdict({"mean": 1.0, "ci95": [0.79, 1.1]}) == "inconclusive"
+    assert verdict({"mean": 1.0, "ci95": [0.81, 1.24]}) == "holds"
+    assert verdict({"mean": 1.0, "ci95": [0.79, 1.1]}) == "undecided"
     assert verdict({"mean": 1.5, "ci95": [1.3, 1.7]}) == "differs"
     assert verdict({"mean": 0.5, "ci95": [0.4, 0.7]}) == "differs"
-    assert verdict({"mean": 1.0, "ci95": [None, None]}) == "inconclusive"
-    assert verdict(None) == "inconclusive"
+    assert verdict({"mean": 1.0, "ci95": [None, None]}) == "undecided"
+    assert verdict({"mean": 1.0, "ci95": [0.9, None]}) == "undecided"  # no upper end: straddles 1.25
+    assert verdict(None) == "undecided"

@@ -31,6 +31,14 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "fleet_percentiles_whole_run": ("no histogram log fell inside the common window: the aggregate's latency "
                                     "percentiles merge each host's whole job, ramp and lone seconds included",
                                     "a longer runtime (at least a few log intervals in which every host ran)"),
+    "fleet_skew_unknown": ("a host's clock skew could not be measured: its samples were placed as if its clock "
+                           "were this machine's, so the common window may be misaligned for it",
+                           "check the host answers iolab's clock probes (fio --server reachable, same fio), rerun"),
+    "fleet_skew_exceeds_tolerance": ("what is known of a host's clock skew is uncertain by more than the window's "
+                                     "tolerance (a quarter of the log interval): samples near the window's edges "
+                                     "may be counted in the wrong interval",
+                                     "a longer log interval (the fleet target's log_interval_ms), hosts "
+                                     "synchronised by NTP/PTP, or a longer runtime so the edges weigh less"),
     "not_prefilled": ("the guest disk was not written before the trials: reads of never-written regions hit "
                       "holes (raw) or unallocated clusters (qcow2) and cost no device I/O",
                       "prefill = true on the qemu target when reads matter (write-only studies need not)"),

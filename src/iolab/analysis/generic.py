@@ -1,11 +1,12 @@
-"""Analysis for any study: per configuration, every metric's mean with its 95% interval,
-its unit and direction from the workload's declarations, and its failed attempts."""
+"""Analysis for any study: per configuration, every metric's estimate (the median of the
+repetitions; a count's mean) with its interval and run-order checks, its unit, direction and
+range from the workload's declarations, and its failed attempts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from iolab.analysis import flags
+from iolab.analysis import checks, flags
 from iolab.analysis.repetitions import failed_text
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.trials import (
@@ -17,6 +18,7 @@ from iolab.analysis.trials import (
     workload_of,
 )
 from iolab.core import metrics
+from iolab.core.metrics import REAL
 from iolab.report.model import Chart, Note, Section, Series, Table
 
 __all__ = ["analyze", "present", "by_config", "labels_of"]
@@ -40,7 +42,7 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for m in names:
             decl = declared.get(m)
-            e = est.of(decl.aggregate if decl else "mean", values[m],
+            e = est.of(decl if decl else REAL, values[m],
                        relative_resolution(ok, m)).as_dict(decl.unit if decl else None)
             e["direction"] = decl.direction if decl else "neither"
             out[m] = e
@@ -53,7 +55,7 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
             "flag_details": flags.details(ok),
             "errors": sorted({t["error"] for t in trials if t["error"]}),
         })
-    return {"configs": configs, "interval_method": est.design.method}
+    return {"configs": configs, "interval_method": f"looks {est.design.label()}"}
 
 
 def _shown(configs: list[dict[str, Any]]) -> list[str]:
@@ -84,13 +86,18 @@ def present(doc: dict[str, Any], findings: dict[str, Any]) -> tuple[list[str], l
         label = ", ".join(f"{k}={v}" for k, v in c["labels"].items()) or c["config_id"]
         for d in c.get("flag_details") or []:
             notes.append(Note(f"{label}: {flags.sentence(d)}", "warn"))
-        zeros = {m: e["zeros"] for m, e in c["metrics"].items() if e.get("zeros")}
+        zeros = {m: e["zeros"] for m, e in c["metrics"].items() if e.get("zeros") and e.get("domain") != "count"}
         for m, k in zeros.items():
-            notes.append(Note(f"{c['config_id']}: {k} trial(s) with {m} = 0 (stalled): the harmonic mean is 0", "warn"))
+            notes.append(Note(f"{c['config_id']}: {k} trial(s) with {m} = 0 (stalled?): in the estimate and its "
+                              "interval, never dropped", "warn"))
+        for m, e in c["metrics"].items():
+            if e.get("checks"):
+                notes.append(Note(f"{label}: {m}: " + "; ".join(f"{k} — {checks.MEANING[k]}" for k in e["checks"])
+                                  + ": no 95 % is claimed for it", "warn"))
         if c["undeclared"]:
             notes.append(Note(f"{c['config_id']}: metrics without a declaration (no unit or direction): "
                               + ", ".join(c["undeclared"]), "warn"))
-    title = f"Per configuration (mean ± 95% interval, {findings.get('interval_method', 't')})"
+    title = f"Per configuration (median of the repetitions and its interval, {findings.get('interval_method', 't')})"
     table = Table(title, label_keys + [_header(m, configs) for m in shown] + ["n ok", "failed", "flags"], rows,
                   notes=notes)
     blocks: list[Any] = [table]

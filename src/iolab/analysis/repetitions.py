@@ -7,7 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from iolab.analysis.sequential import design_of
+import numpy as np
+
+from iolab.analysis import calibration, checks
+from iolab.analysis.sequential import design_of, method_of
 from iolab.analysis.stats import RESOLUTION_METHOD
 from iolab.analysis.trials import (
     by_config,
@@ -45,11 +48,14 @@ def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
         main = main_metric_of(workload, settings)
         decl = metrics.for_workload(workload).get(main) if main else None
         values = [_num(t["metrics"].get(main)) for t in ok] if main else []
-        rule = StopRule.of(settings, decl.aggregate if decl else "mean")
+        rule = StopRule.of(settings, decl)
         zeros = sum(1 for v in values if v == 0.0)
         skipped = next((t["error"] for t in trials if (t.get("error") or "").startswith(SKIPPED)), None)
         clock = relative_resolution(ok, main) if main else 0.0
-        method = design.method if not decl or decl.aggregate == "mean" else f"harmonic {design.method}"
+        method = method_of(design.covering(len(values)), decl.range if decl else rule.domain,
+                           "natural scale")
+        data = [v for v in values if math.isfinite(v)]
+        trips = list(checks.names(checks.tripped(np.asarray(data), calibration.check_thresholds(len(data)))))
         out.append({
             "config_id": cid, "label": label_text(trials[0], cid), "ok": len(ok), "failed": failed,
             "attempts": len(trials), "failed_of": failed_text(failed, len(trials)), "main_metric": main,
@@ -57,7 +63,7 @@ def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
             "stop_reason": (f"skipped by the study's hook: {skipped.split(': ', 1)[-1]}" if skipped and not ok
                             else rule.stop_reason(values, failed)),
             "interval_method": method + (RESOLUTION_METHOD if clock > 0 else ""),
-            "clock_error": clock,
+            "clock_error": clock, "checks": trips,
         })
     return out
 
@@ -80,19 +86,28 @@ def _clock_notes(records: list[dict[str, Any]]) -> list[Note]:
                  "repetitions do not.", "warn")]
 
 
+INTRO = ("Each number is the median of its configuration's successful repetitions (the mean per trial for "
+         "counts of events), with an interval that holds 95 % at the repetition the runner stopped on, for "
+         "skewed, heavy-tailed and two-group noise alike, and never leaves the metric's range. A number marked "
+         "with a check (trend, dependence, two_modes) is not covered by that 95 %: its repetitions drifted, "
+         "followed each other or fell in two groups, which no interval over this few values can repair; the "
+         "runner repeated it up to the cap. '±resolution': widened by the tool's own clock or histogram "
+         "(docs/statistics.md).")
+
+
 def section(records: list[dict[str, Any]]) -> Section:
     """The report's 'Repetitions' section: n, failures, the stop reason and the interval method."""
     rows = [[r["label"], r["ok"], r["failed_of"], r["main_metric"] or "—", r["stop_reason"], r["interval_method"],
-             f"±{r['clock_error']:.1%}" if r.get("clock_error") else "—"] for r in records]
+             f"±{r['clock_error']:.1%}" if r.get("clock_error") else "—", ", ".join(r.get("checks") or []) or "—"]
+            for r in records]
     notes = [Note(f"{r['label']}: {r['zero_values']} trial(s) measured {r['main_metric']} = 0 (a stall); "
-                  "it enters the mean, never dropped", "warn") for r in records if r["zero_values"]]
-    notes += [Note(f"{r['label']}: {r['failed_of']} attempts failed; failed attempts are not in any mean "
+                  "it is in the estimate and its interval, never dropped", "warn") for r in records if r["zero_values"]]
+    notes += [Note(f"{r['label']}: {r['failed_of']} attempts failed; failed attempts are not in any estimate "
                    "(see Trials for their errors)", "warn") for r in records if r["failed"]]
+    notes += [Note(f"{r['label']}: {r['main_metric']}: " + "; ".join(f"{c} — {checks.MEANING[c]}" for c in r["checks"])
+                   + ": no 95 % is claimed for it", "warn") for r in records if r.get("checks")]
     notes += _clock_notes(records)
-    intro = ("Every interval in this report is a 95 % interval over the successful repetitions of its "
-             "configuration. 'simultaneous-t[a..b]' keeps its 95 % although the runner chose n by looking at "
-             "the data after every repetition from a to b; '±resolution': widened by the error of the tool's own "
-             "clock (fio counts whole milliseconds) (docs/statistics.md).")
     return Section("Repetitions", [Table("Repetitions per configuration",
                                          ["configuration", "n ok", "failed", "stopping metric", "why it stopped here",
-                                          "interval method", "clock error"], rows, notes=notes)], intro=intro)
+                                          "interval method", "clock error", "run-order checks"], rows, notes=notes)],
+                   intro=INTRO)

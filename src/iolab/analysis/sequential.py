@@ -1,40 +1,59 @@
-"""Intervals that keep their promise when the runner stops on them (adaptive stopping).
+"""The interval every report prints, and that the runner stops on (adaptive stopping).
 
-The runner looks at a configuration after every repetition from n = `repetitions` to
-n = `max_repetitions` and stops as soon as the reported interval is narrow enough. A
-plain t-interval reported at such a data-chosen n covers the mean less often than 95 %.
-The interval here is *simultaneous over the looks*: at look n it is
+**What is estimated.** For every measured quantity (rates, times, latencies, percentiles,
+fractions, ratios) the *median* of the configuration's repetitions; for event counts (a
+metric whose declared range is `count`) the *mean* count per trial (core/metrics.py). The
+median is what n <= 10 repetitions can promise: no interval for a mean is valid for every
+noise shape at that size (a run that never saw the 10 % of cache hits cannot know the mean
+they add), while the median of that noise stays inside the common runs. It is also the same
+number for a rate and for its time (median(1/x) = 1/median(x)), so fixed-work and fixed-time
+metrics need no different treatment.
 
-    mean_n ± q_n · s_n / sqrt(n),   q_n = t_{n-1}^{-1}(1 - α'/2)
+**The interval**, at look n, computed on the scale the metric's range makes natural (log
+for positive values, logit for fractions strictly inside (0, 1), the values themselves
+otherwise) and mapped back, so it never leaves the range:
 
-with one per-look tail probability α' (Pocock's design on the p-value scale) chosen so
-that P(∃ look n: |mean_n − μ| > q_n · s_n / sqrt(n)) ≤ 5 %. Whatever decides when to stop
-(this metric's width, another metric's, a failure, Ctrl-C), the interval at the stopping
-time then covers μ with at least 95 %. The t-statistic is location- and scale-invariant,
-so α' depends only on the looks and on the *shape* of the noise; it is calibrated once
-per look design by simulation (analysis/calibration.py), and the smallest α' of the
-shapes is used (normal, lognormal σ = 0.5 either way round, Student t with 3 d.o.f.): the
-guarantee holds for noise up to that skewed and that heavy-tailed, not only for normal
-noise. docs/statistics.md has the reasoning, the alternatives considered and the coverage
-table of the simulation test.
+    median_n ± q_n · s_n / √n,   hull with [x_(k), x_(n+1−k)]
 
-Everything here is vectorised over a leading batch axis, so the simulation test runs the
-very functions the runner and the reports call, on 20 000 studies at once.
+q_n: the (1 − α') quantile of the median's pivot over the design noise shapes, α' the
+design's per-look tail (calibration.py: the largest α' whose coverage at the runner's own
+stop is >= 96.5 % for every design shape and CV). The hull with the order statistics
+[x_(k), x_(n+1−k)] (k from the binomial, calibration.order_depth) adds the distribution-free
+interval of the median whenever n is large enough to have one at that tail: it covers the
+median of *any* continuous noise, whatever its shape. Counts: the mean ± q_n · s/√n, hulled
+with Garwood's exact Poisson interval, so a count that never happened still has an upper
+bound (a count that is the same in every trial is exact: a deterministic count).
+
+Each estimate is also checked in run order (analysis/checks.py: trend, dependence, two
+modes); what trips rides with the estimate (`checks`), the report says it beside the number,
+and the runner keeps repeating such a configuration up to its cap.
+
+Everything here is vectorised over a leading batch axis, so the simulations (calibration,
+tests/analysis/coverage.py) run the very functions the runner and the reports call.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 from scipy import special
 
-from iolab.analysis import calibration
-from iolab.analysis.stats import Estimate, finite, ratio_ci, ratio_with_resolution, with_resolution
+from iolab.analysis import calibration, checks
+from iolab.analysis.stats import (
+    RESOLUTION_METHOD,
+    Estimate,
+    finite,
+    mover_ratio,
+    ratio_with_resolution,
+    stored_resolution,
+    with_resolution,
+)
+from iolab.core.metrics import NONNEG, Domain, Metric
 from iolab.studies.spec import StudySettings
 
 
@@ -65,71 +84,147 @@ class LookDesign:
         return LookDesign(min(self.first, n), max(self.last, n))
 
     @property
-    def method(self) -> str:
-        return f"simultaneous-t[{self.first}..{self.last}]"
+    def alpha(self) -> float:
+        """α': the tail probability each look's interval spends (calibration.per_look_alpha)."""
+        top = calibration.N_MAX  # beyond 30 looks: the design up to 30 (the pivot only narrows with n)
+        return calibration.per_look_alpha(min(self.first, top), min(self.last, top))
 
-    def quantile(self, n: int) -> float:
-        """q_n: the half-width multiplier at n repetitions (∞ below 2: never a claim from one value)."""
+    def label(self) -> str:
+        return f"[{self.first}..{self.last}]"
+
+    @property
+    def method(self) -> str:
+        return f"median{self.label()}"
+
+    def quantile(self, n: int, family: int = 1) -> float:
+        """q_n: the half-width multiplier (× s/√n) at n repetitions (∞ below 2: never a claim from one
+        value); `family`: the number of intervals read together (Bonferroni: α'/family each)."""
         if n < 2:
             return math.inf
-        if not self.first <= n <= self.last:
-            raise ValueError(f"n = {n} is not a look of {self.method}")
-        return float(special.stdtrit(n - 1, 1 - calibration.per_look_alpha(self.first, self.last) / 2))
+        return calibration.quantile(n, self.alpha / family)
 
 
-def interval_batch(values: Any, design: LookDesign, aggregate: str = "mean"
+def scale_of(x: np.ndarray, domain: Domain) -> np.ndarray:
+    """Per row, the scale the interval is computed on: 1 log, 2 logit, 0 the values themselves."""
+    if domain.integer:
+        return np.zeros(x.shape[:-1], dtype=int)
+    log = (domain.lo >= 0) & (x > 0).all(axis=-1)
+    logit = (domain.lo >= 0) & (domain.hi <= 1) & (x > 0).all(axis=-1) & (x < 1).all(axis=-1)
+    return np.where(logit, 2, np.where(log, 1, 0))
+
+
+SCALE_NAMES = {0: "raw", 1: "log", 2: "logit"}
+
+
+def interval_batch(values: Any, design: LookDesign, domain: Domain = NONNEG, family: int = 1
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, lo, hi) along the last axis of `values` (finite numbers, n = values.shape[-1]).
-
-    aggregate "mean": the simultaneous interval of the arithmetic mean. "harmonic": the same
-    interval for the mean of 1/x, inverted (bounds swap); a row with a rate <= 0 (a stalled
-    trial) has harmonic mean 0 and the interval [0, ∞)."""
+    """(estimate, lo, hi) along the last axis of `values` (finite numbers in run order, n =
+    values.shape[-1]): the median (the mean for counts) with the interval of the module
+    docstring, never outside `domain`."""
     x = np.asarray(values, dtype=float)
     n = x.shape[-1]
-    q = design.covering(n).quantile(n)
-    if aggregate == "mean":
-        return _t_interval(x, q)
-    if aggregate != "harmonic":
-        raise ValueError(f"unknown aggregate {aggregate!r}")
-    stalled = (x <= 0).any(axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        m_r, lo_r, hi_r = _t_interval(1.0 / np.where(x > 0, x, np.nan), q)
-        mean = 1.0 / m_r
-        lo = np.where(hi_r > 0, 1.0 / hi_r, 0.0)
-        hi = np.where(lo_r > 0, 1.0 / lo_r, np.inf)
-    return np.where(stalled, 0.0, mean), np.where(stalled, 0.0, lo), np.where(stalled, np.inf, hi)
+    design = design.covering(n)
+    tail = design.alpha / family
+    q = design.quantile(n, family)
+    if domain.integer:
+        c, lo, hi = _count_interval(x, q, tail)
+    else:
+        scale = scale_of(x, domain)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.where((scale == 1)[..., None], np.log(np.where(x > 0, x, 1.0)),
+                         np.where((scale == 2)[..., None], special.logit(np.clip(x, 1e-300, 1 - 1e-16)), x))
+        _, lo, hi = _median_interval(y, q, calibration.order_depth(n, tail) if n >= 2 else 0)
+        with np.errstate(over="ignore"):
+            for code, back in ((1, np.exp), (2, special.expit)):
+                m = scale == code
+                lo, hi = (np.where(m, back(v), v) for v in (lo, hi))
+        c = np.median(x, axis=-1)  # the median of the values themselves (a value, or the mid of two)
+        tiny = 1e-12 * np.abs(c)  # a bound the scale's round trip moved by a rounding error is the value
+        lo, hi = np.where(np.abs(lo - c) <= tiny, c, lo), np.where(np.abs(hi - c) <= tiny, c, hi)
+    lo, hi = np.clip(lo, domain.lo, domain.hi), np.clip(hi, domain.lo, domain.hi)
+    return c, np.minimum(lo, c), np.maximum(hi, c)
 
 
-def _t_interval(x: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n = x.shape[-1]
-    mean = x.mean(axis=-1)
+def _median_interval(y: np.ndarray, q: float, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = y.shape[-1]
+    c = np.median(y, axis=-1)
     if n < 2 or not math.isfinite(q):
-        inf = np.full(mean.shape, np.inf)
-        return mean, -inf, inf
+        inf = np.full(c.shape, np.inf)
+        return c, -inf, inf
+    half = q * y.std(axis=-1, ddof=1) / math.sqrt(n)
+    lo, hi = c - half, c + half
+    if k:
+        s = np.sort(y, axis=-1)
+        lo, hi = np.minimum(lo, s[..., k - 1]), np.maximum(hi, s[..., n - k])
+    return c, lo, hi
+
+
+def _count_interval(x: np.ndarray, q: float, tail: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mean count, hulled with Garwood's exact Poisson interval of the total (a count the same
+    in every trial is deterministic: exact)."""
+    n = x.shape[-1]
+    c = x.mean(axis=-1)
+    total = x.sum(axis=-1)
+    g_lo = np.where(total > 0, special.gammaincinv(np.maximum(total, 1e-300), tail / 2), 0.0) / n
+    g_hi = special.gammaincinv(total + 1.0, 1 - tail / 2) / n
+    if n < 2 or not math.isfinite(q):
+        return c, np.zeros(c.shape), np.full(c.shape, np.inf)
     half = q * x.std(axis=-1, ddof=1) / math.sqrt(n)
-    return mean, mean - half, mean + half
+    lo, hi = np.minimum(c - half, g_lo), np.maximum(c + half, g_hi)
+    same = (x == x[..., :1]).all(axis=-1) & (c > 0)
+    return c, np.where(same, c, lo), np.where(same, c, hi)
 
 
 def relative_half_width(mean: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """(hi − lo) / 2 / |mean|: ∞ where the mean is 0 or a bound is unbounded."""
+    """(hi − lo) / 2 / |estimate|: ∞ where the estimate is 0 or a bound is unbounded."""
     with np.errstate(divide="ignore", invalid="ignore"):
         r = (hi - lo) / 2.0 / np.abs(mean)
     return np.where(np.isfinite(r), r, np.inf)
 
 
-def sequential_ci(values: Sequence[float | None], design: LookDesign, aggregate: str = "mean") -> Estimate:
-    """One configuration's estimate (what reports print): interval_batch on its finite values."""
+def method_of(design: LookDesign, domain: Domain, scale: str, family: int = 1) -> str:
+    """The estimate's `method`: estimand, looks, scale (docs/results.md)."""
+    words = f"{domain.estimand}{design.label()} {'count' if domain.integer else scale}"
+    return words + (f" family/{family}" if family > 1 else "")
+
+
+def sequential_ci(values: Sequence[float | None], design: LookDesign, domain: Domain = NONNEG,
+                  family: int = 1) -> Estimate:
+    """One configuration's estimate (what reports print): interval_batch on its finite values in
+    run order, with the run-order checks that tripped and the stalls (zeros) it counted."""
     a, dropped = finite(values)
     n = len(a)
-    if n == 0:
-        method = design.method if aggregate == "mean" else f"harmonic {design.method}"
-        return Estimate(math.nan, math.nan, math.nan, 0, math.nan, method, dropped=dropped)
-    zeros = int((a <= 0).sum()) if aggregate == "harmonic" else 0
     design = design.covering(n)
-    method = design.method if aggregate == "mean" else f"harmonic {design.method}"
-    mean, lo, hi = (float(v[0]) for v in interval_batch(a[None, :], design, aggregate))
+    zeros = int((a <= 0).sum()) if domain.lo >= 0 and not domain.integer else 0  # a count of 0 is no stall
+    if n == 0:
+        return Estimate(math.nan, math.nan, math.nan, 0, math.nan, method_of(design, domain, "raw", family),
+                        dropped=dropped, domain=domain.name, estimand=domain.estimand)
+    c, lo, hi = (float(v[0]) for v in interval_batch(a[None, :], design, domain, family))
+    scale = SCALE_NAMES[int(scale_of(a[None, :], domain)[0])]
+    trips = checks.names(checks.tripped(a[None, :], calibration.check_thresholds(n)), 0)
     sd = float(a.std(ddof=1)) if n > 1 else math.nan
-    return Estimate(mean, lo, hi, n, sd, method, zeros, dropped)
+    return Estimate(c, lo, hi, n, sd, method_of(design, domain, scale, family), zeros, dropped,
+                    domain=domain.name, estimand=domain.estimand, checks=trips)
+
+
+def projected(values: Sequence[float | None], design: LookDesign, domain: Domain, extra: int,
+              family: int = 1) -> Estimate:
+    """The interval `values` would likely have after `extra` more repetitions with the same estimate
+    and spread (the parametric part at n + extra, on the same scale; no hull): what tells an
+    undecided verdict how many more repetitions would decide it (analysis/verdicts.py)."""
+    a, _ = finite(values)
+    n = len(a)
+    if n < 2:
+        return Estimate(math.nan, math.nan, math.nan, n, math.nan, "projected")
+    total = n + extra
+    q = design.covering(total).quantile(total, family)
+    scale = int(scale_of(a[None, :], domain)[0])
+    y = np.log(a) if scale == 1 else special.logit(a) if scale == 2 else a
+    c = float(np.mean(y)) if domain.integer else float(np.median(y))
+    half = q * float(y.std(ddof=1)) / math.sqrt(total)
+    back = {1: math.exp, 2: lambda v: float(special.expit(v))}.get(scale, float)
+    lo, hi = domain.clip(back(c - half)), domain.clip(back(c + half))
+    return Estimate(back(c), lo, hi, total, math.nan, "projected", domain=domain.name, estimand=domain.estimand)
 
 
 def design_of(doc: dict[str, Any]) -> LookDesign:
@@ -149,51 +244,89 @@ def _int(v: Any, default: int) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else default
 
 
-def aggregate_ratio(aggregate: str, num: Sequence[float], den: Sequence[float],
-                    ratio: Callable[[list[float], list[float]], Estimate]) -> Estimate:
-    """num/den of two configurations' means of the declared aggregate, through `ratio` (a ratio of
-    arithmetic means with its interval). "harmonic": the ratio of harmonic means, which is the
-    inverse ratio of the mean times per unit of work (den's over num's), so the interval is the
-    exact one for the statistic the tables show. A rate of 0 (work that never finished) has no
-    time per unit and is left out."""
-    if aggregate == "harmonic":
-        return ratio([1.0 / v for v in den if v > 0], [1.0 / v for v in num if v > 0])
-    return ratio(list(num), list(den))
+def _domain(what: Metric | Domain | str | None, domain: Domain | None) -> Domain:
+    if isinstance(what, Metric):
+        return what.range
+    if isinstance(what, Domain):
+        return what
+    return domain or NONNEG  # an aggregate name alone (older callers): the range of rates and times
 
 
 class RunEstimator:
     """Estimates over one run's repetitions, with the interval its stopping rule calls for.
 
-    `rel` (and `rels` for a ratio's numerator and denominator): the values' clock error bound
-    relative to the value (analysis.trials.relative_resolution), which widens the interval
-    (stats.with_resolution); 0 for values their tool measures exactly."""
+    `family`: how many intervals a reader will hold together (the verdicts of one page): each is
+    then computed at α'/family (Bonferroni), so all of them hold together with 95 %. `rel` (and
+    `rels` for a ratio's sides): the values' clock error bound relative to the value
+    (analysis.trials.relative_resolution), which widens the interval (stats.with_resolution)."""
 
-    def __init__(self, doc: dict[str, Any]):
+    def __init__(self, doc: dict[str, Any], family: int = 1):
         self.design = design_of(doc)
+        self.family = max(int(family), 1)
 
-    def mean(self, values: Sequence[float | None], rel: float = 0.0) -> Estimate:
-        return self.of("mean", values, rel)
+    def widened(self, family: int) -> RunEstimator:
+        """This run's estimator for a family of `family` intervals read together (Bonferroni)."""
+        other = RunEstimator({}, family)
+        other.design = self.design
+        return other
 
-    def harmonic(self, values: Sequence[float | None], rel: float = 0.0) -> Estimate:
-        return self.of("harmonic", values, rel)
+    def estimate(self, values: Sequence[float | None], domain: Domain | Metric = NONNEG, rel: float = 0.0
+                 ) -> Estimate:
+        d = _domain(domain, None)
+        e = sequential_ci(values, self.design, d, self.family)
+        if not rel > 0 and not d.integer and e.n >= 2 and e.lo == e.hi:
+            # every value the same and no resolution recorded: known to its stored digits, not exactly
+            err = stored_resolution([v for v in values if v is not None])
+            return replace(e, lo=max(e.lo - err, d.lo), hi=min(e.hi + err, d.hi), method=e.method + RESOLUTION_METHOD)
+        return with_resolution(e, rel, d)
 
-    def of(self, aggregate: str, values: Sequence[float | None], rel: float = 0.0) -> Estimate:
-        return with_resolution(sequential_ci(values, self.design, aggregate), rel)
+    def of(self, what: Metric | Domain | str, values: Sequence[float | None], rel: float = 0.0,
+           domain: Domain | None = None) -> Estimate:
+        """The estimate of a declared metric (`what` a Metric), or of values in `domain` (an
+        aggregate name is accepted for older callers: the median makes it irrelevant)."""
+        return self.estimate(values, _domain(what, domain), rel)
+
+    def mean(self, values: Sequence[float | None], rel: float = 0.0, domain: Domain = NONNEG) -> Estimate:
+        """Kept for callers of the former API: the estimate of `domain` (a median, a count's mean)."""
+        return self.estimate(values, domain, rel)
+
+    harmonic = mean
 
     def ratio(self, num: Sequence[float | None], den: Sequence[float | None],
-              rels: tuple[float, float] = (0.0, 0.0)) -> Estimate:
-        """mean(num)/mean(den) of two configurations of this run (e.g. guest / host): the log-scale
-        delta interval with the per-look α' of the run's stopping design, so a ratio of two
-        adaptively stopped means is widened as each of them is."""
-        n = max(len(finite(num)[0]), len(finite(den)[0]))
-        design = self.design.covering(n)
-        alpha = calibration.per_look_alpha(design.first, design.last)
-        e = ratio_ci([v for v in num if v is not None], [v for v in den if v is not None], tail=alpha,
-                     method=f"log-delta-welch {design.method}")
-        return ratio_with_resolution(e, *rels)
+              rels: tuple[float, float] = (0.0, 0.0), domain: Domain = NONNEG) -> Estimate:
+        """est(num) / est(den) of two configurations of this run (e.g. guest / host): the MOVER interval
+        (stats.mover_ratio) of the two sides' intervals, then the clocks' error of both sides. A
+        stall on either side (a 0) is counted in `zeros` and reaches the ratio's bounds."""
+        a = sequential_ci(list(num), self.design, domain, self.family)
+        b = sequential_ci(list(den), self.design, domain, self.family)
+        ra, rb = (_stored(e, vals, rel) for e, vals, rel in ((a, num, rels[0]), (b, den, rels[1])))
+        return ratio_with_resolution(mover_ratio(a, b), ra, rb)
+
+    def projected(self, values: Sequence[float | None], extra: int, domain: Domain = NONNEG) -> Estimate:
+        """`values`' interval after `extra` more repetitions at the spread measured (projected)."""
+        return projected(values, self.design, domain, extra, self.family)
+
+    def projected_ratio(self, num: Sequence[float | None], den: Sequence[float | None], extra: int,
+                        domain: Domain = NONNEG) -> Estimate:
+        """The ratio's interval after `extra` more repetitions of both sides (MOVER of the projections)."""
+        return mover_ratio(self.projected(num, extra, domain), self.projected(den, extra, domain))
 
     def ratio_of(self, aggregate: str, num: Sequence[float], den: Sequence[float],
                  rels: tuple[float, float] = (0.0, 0.0)) -> Estimate:
-        """The ratio of the two configurations' `aggregate` means (aggregate_ratio), widened as `ratio`
-        (and by the clock errors `rels` of num's and den's values)."""
-        return ratio_with_resolution(aggregate_ratio(aggregate, num, den, self.ratio), *rels)
+        """The ratio of the two configurations' estimates (the aggregate no longer matters: the median
+        of a rate is the rate of the median time)."""
+        return self.ratio(num, den, rels)
+
+
+def _stored(e: Estimate, values: Sequence[float | None], rel: float) -> float:
+    """`rel`, or for a ratio's side without spread and without a recorded resolution its stored
+    digits' (relative; a side whose estimate is 0 already gives the ratio a bound of 0 or ∞)."""
+    if rel > 0 or e.n < 2 or e.lo != e.hi or not e.mean:
+        return rel
+    return stored_resolution([v for v in values if v is not None]) / abs(e.mean)
+
+
+def aggregate_ratio(aggregate: str, num: Sequence[float], den: Sequence[float], ratio: Any) -> Estimate:
+    """Kept for callers of the former API: ratio(num, den); nothing is dropped (a stall is a 0 the
+    ratio's interval reaches, counted in `zeros`)."""
+    return ratio(list(num), list(den))

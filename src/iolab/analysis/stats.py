@@ -1,11 +1,13 @@
 """Statistics over repetitions. Pure functions on lists of numbers; no I/O.
 
-Conventions: 95% two-sided intervals from Student's t for a fixed number of repetitions
-(few repetitions are the norm); ratios by the delta method with Welch–Satterthwaite
-degrees of freedom. Intervals over repetitions that adaptive stopping decided are in
-analysis/sequential.py. Every Estimate names the method that produced it
-(docs/statistics.md). Nothing is dropped silently: non-finite values are counted in
-`dropped`, zero rates in `zeros`.
+The intervals every report prints (the median of the repetitions, on the metric's natural
+scale, under adaptive stopping) are in analysis/sequential.py; this module holds what they
+are made of and what other analyses share: the Estimate record, ratios of two estimates
+(MOVER), the tools' resolution (clock steps, histogram buckets), Welch on logs and Holm for
+`iolab compare`, and the fixed-n Student-t helpers older tests and studies use. Every
+Estimate names the method that produced it (docs/statistics.md). Nothing is dropped
+silently: non-finite values are counted in `dropped`, stalls (values <= 0 of a quantity that
+cannot be negative) in `zeros`, and both ride into every ratio built from them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -27,8 +31,11 @@ class Estimate:
     n: int
     sd: float
     method: str = "t"
-    zeros: int = 0  # values <= 0 among rates (harmonic: they make the mean 0)
+    zeros: int = 0  # values <= 0 of a quantity that cannot be negative (a stalled trial): in the statistic, counted
     dropped: int = 0  # None / NaN / infinite values left out of the statistic (counted, never silent)
+    domain: str = "real"  # the range the interval stays in (core/metrics.py DOMAINS)
+    estimand: str = "mean"  # what `mean` estimates: "median" (measured quantities) or "mean" (event counts)
+    checks: tuple[str, ...] = ()  # run-order checks that tripped (analysis/checks.py): no 95 % claimed
 
     @property
     def half_width(self) -> float:
@@ -40,9 +47,11 @@ class Estimate:
 
     def as_dict(self, unit: str | None = None) -> dict:
         d: dict = {"mean": _clean(self.mean), "ci95": [_clean(self.lo), _clean(self.hi)], "n": self.n,
-                   "method": self.method}
+                   "method": self.method, "estimand": self.estimand, "domain": self.domain}
         if unit:
             d["unit"] = unit
+        if self.checks:
+            d["checks"] = list(self.checks)
         if self.zeros:
             d["zeros"] = self.zeros
         if self.dropped:
@@ -122,21 +131,34 @@ def ratio_ci(num: Sequence[float], den: Sequence[float], conf: float = 0.95, tai
 RESOLUTION_METHOD = " ±resolution"
 
 
-def with_resolution(e: Estimate, rel: float) -> Estimate:
-    """`e` with its bounds moved out by the values' clock error (`rel`: the largest error bound
-    a trial's tool clock puts on its value, relative to the value; docs/statistics.md,
-    "Resolution"). A tool that counts whole milliseconds gives every run between t and t + 1 ms
-    the same rate, so repetitions can agree to the last digit and a t-interval of zero width
-    would claim a precision the clock never had. Each value is off by at most rel·|value|, so
-    the mean is too: adding that bound to both ends keeps the interval's coverage. Rates stay
-    positive: a positive lower bound is never moved below 0."""
+def with_resolution(e: Estimate, rel: float, domain: Any = None) -> Estimate:
+    """`e` with its bounds moved out by the values' resolution (`rel`: the largest error bound a
+    trial's tool puts on its value, relative to the value: a clock's millisecond, a latency
+    histogram's bucket; docs/statistics.md, "Resolution"). A tool that counts whole milliseconds
+    gives every run between t and t + 1 ms the same rate, so repetitions can agree to the last
+    digit and an interval of zero width would claim a precision the tool never had. Each value
+    is off by at most rel·|value|, so the estimate is too: adding that bound to both ends keeps
+    the interval's coverage. The bounds stay in `domain` (a core.metrics.Domain; default: a
+    positive lower bound is never moved below 0)."""
     if not rel > 0 or e.n == 0 or not math.isfinite(e.mean):
         return e
     err = rel * abs(e.mean)
-    lo = e.lo - err
-    if e.lo >= 0 and lo < 0:
+    lo, hi = e.lo - err, e.hi + err
+    if domain is not None:
+        lo, hi = max(lo, domain.lo), min(hi, domain.hi)
+    elif e.lo >= 0 and lo < 0:
         lo = 0.0
-    return replace(e, lo=lo, hi=e.hi + err, method=e.method + RESOLUTION_METHOD)
+    return replace(e, lo=lo, hi=hi, method=e.method + RESOLUTION_METHOD)
+
+
+def stored_resolution(values: Sequence[float]) -> float:
+    """Half a unit in the last digit the values were stored with (their shortest exact decimal
+    form: 3.0 -> 0.05, 148.48 -> 0.005): what a value that repeated exactly is known to when its
+    tool recorded no resolution. Only used for a sample without any spread, so that no interval
+    claims a precision nobody measured."""
+    exps = [Decimal(repr(float(v))).as_tuple().exponent for v in values if math.isfinite(v)]
+    digits = [int(e) for e in exps if isinstance(e, int)]
+    return 0.5 * 10.0 ** max(digits) if digits else 0.0
 
 
 def ratio_with_resolution(e: Estimate, rel_num: float, rel_den: float) -> Estimate:
@@ -149,6 +171,39 @@ def ratio_with_resolution(e: Estimate, rel_num: float, rel_den: float) -> Estima
     lo = e.lo * max(1 - a, 0.0) / (1 + b)
     hi = e.hi * (1 + a) / (1 - b) if b < 1 else math.inf
     return replace(e, lo=lo, hi=hi, method=e.method + RESOLUTION_METHOD)
+
+
+def mover_ratio(a: Estimate, b: Estimate) -> Estimate:
+    """a/b of two independent estimates with their intervals, by the MOVER method (Zou & Donner
+    2008, "method of variance estimates recovery") on the log scale: each side's distances to its
+    bounds are combined in quadrature,
+
+        lo = r · exp(−√(ln(a/a_lo)² + ln(b_hi/b)²)),  hi = r · exp(√(ln(a_hi/a)² + ln(b/b_lo)²)),
+
+    so the ratio's interval is made from the very intervals the tables show (whatever method made
+    them: medians on a log scale, a hull with order statistics) and keeps about their level. It
+    is positive and as asymmetric as a ratio is. A side whose interval reaches 0 (a stall, or too
+    few repetitions) gives the ratio a bound of 0 or ∞: zeros and dropped values of both sides
+    are counted in the result."""
+    zeros, dropped = a.zeros + b.zeros, a.dropped + b.dropped
+    method = f"mover-ratio of {a.method}"
+    n = min(a.n, b.n)
+    if a.n == 0 or b.n == 0 or not (b.mean > 0) or not (a.mean >= 0):
+        return Estimate(math.nan, math.nan, math.nan, n, math.nan, method, zeros, dropped, "nonneg", a.estimand)
+    r = a.mean / b.mean
+    if r == 0:  # the numerator's estimate is 0: the ratio's upper end from the bounds
+        hi = a.hi / b.lo if b.lo > 0 else math.inf
+        return Estimate(0.0, 0.0, hi, n, math.nan, method, zeros, dropped, "nonneg", a.estimand)
+
+    def dist(top: float, bottom: float) -> float:
+        return math.log(top / bottom) if bottom > 0 and math.isfinite(top) else math.inf
+
+    down = math.hypot(dist(a.mean, max(a.lo, 0.0)), dist(b.hi, b.mean))
+    up = math.hypot(dist(a.hi, a.mean), dist(b.mean, max(b.lo, 0.0)))
+    lo = r * math.exp(-down) if math.isfinite(down) else 0.0
+    hi = r * math.exp(up) if math.isfinite(up) else math.inf
+    return Estimate(r, lo, hi, n, math.nan, method, zeros, dropped, "nonneg", a.estimand,
+                    tuple(sorted(set(a.checks) | set(b.checks))))
 
 
 def _welch_df(va: float, na: int, vb: float, nb: int) -> float:

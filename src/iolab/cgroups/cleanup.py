@@ -1,4 +1,4 @@
-"""Undoing cgroup and scheduler changes: the ledger's cleaners and a sweep by name.
+"""Undoing cgroup and scheduler changes: their resource kinds, each with its cleaner and its sweep.
 
 Imported by `iolab clean` (through the ledger) so the cleaners exist even in a process
 that never created a group. sweep() finds `iolab-*` groups under every blkio/v2 root when
@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iolab.cgroups import fs, processes, scheduler, trial
+from iolab.cgroups import fs, processes, queue_claims, scheduler, trial
 from iolab.cgroups.detect import mounts
 from iolab.core import owner as owners
-from iolab.core.resources import Resource, live_items, register_cleaner
+from iolab.core.resources import (
+    ORDER_CLAIMS,
+    ORDER_GROUPS,
+    Resource,
+    ResourceKind,
+    live_items,
+    register_kind,
+)
 
 PREFIX = "iolab-"
 
@@ -38,10 +45,6 @@ def clean_cgroup(res: Resource) -> None:
 def clean_scheduler(res: Resource) -> None:
     """kind "scheduler": release the claim (or, for old ledgers, put back what they recorded)."""
     scheduler.undo(res)
-
-
-register_cleaner("cgroup", clean_cgroup)
-register_cleaner("scheduler", clean_scheduler)
 
 
 def roots() -> list[Path]:
@@ -98,3 +101,8 @@ def _holds_processes_of_its_owner(name: str) -> bool:
     """A trial cgroup `iolab-<token>-trial-…` or a process's leaf `iolab-<token>-spawn-…`."""
     rest = name.split("-", 2)[2] if name.count("-") >= 2 else ""
     return rest.startswith((f"{trial.TRIAL_LABEL}-", f"{trial.SPAWN_LABEL}-"))
+
+
+register_kind(ResourceKind("cgroup", ORDER_GROUPS, clean_cgroup, lambda scope: sweep()))
+# claims of dead owners dropped while the devices are attached: a detach makes their records stale
+register_kind(ResourceKind("scheduler", ORDER_CLAIMS, clean_scheduler, lambda scope: queue_claims.sweep()))

@@ -1,10 +1,13 @@
-"""Cleaners for the generic kinds of resource: files, dirs, mounts, loop devices, load generators,
-and the processes a dead owner started.
+"""The generic kinds of resource every layer creates through the ledger: files, dirs, mounts,
+loop devices and the load generators an executor starts (`pgroup`); and the processes a dead
+owner started. Each kind is one `ResourceKind` below its functions: how an entry is undone,
+its order, and how `iolab clean --all` finds one without a ledger.
 
 Each cleaner is idempotent (undoing something already gone is not an error) and accepts a
 *pending* entry, whose thing may or may not exist: a loop device is found by its backing
 file, a process an executor started by its cgroup leaf (made before the process, in the
-same pending window), a file or a mount by its path.
+same pending window), a file or a mount by its path. Each sweep takes only what carries a
+dead owner's tag, or an untagged old name in this data dir's scratch dir (SweepScope).
 """
 
 from __future__ import annotations
@@ -13,13 +16,24 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from iolab.cgroups import processes as cgroup_processes
 from iolab.core import owner as owners
-from iolab.core.resources import Resource, register_cleaner, register_owner_cleaner
+from iolab.core.resources import (
+    ORDER_DEVICES,
+    ORDER_FILES,
+    ORDER_MOUNTS,
+    ORDER_PROCESSES,
+    Resource,
+    ResourceKind,
+    SweepScope,
+    register_kind,
+    register_owner_cleaner,
+)
 
 
 def _file(res: Resource) -> None:
@@ -197,9 +211,100 @@ def _pgroup(res: Resource) -> None:
     cgroup_processes.destroy(leaves)
 
 
-register_cleaner("file", _file)
-register_cleaner("dir", _dir)
-register_cleaner("mount", _mount)
-register_cleaner("loop", _loop)
-register_cleaner("pgroup", _pgroup)
+# ---------------------------------------------------------------- sweeps (iolab clean --all)
+
+def _sweep_processes(scope: SweepScope) -> tuple[list[str], list[str]]:
+    """Every process whose IOLAB_OWNER is dead (fio, fio servers, QEMU, mkfs, ...); then load
+    generators of iolab before 0.2, which carry no tag and no cgroup: found by their untagged
+    work dir (their working directory), the only trace they left."""
+    killed = kill_tagged(lambda p: not p.owner.alive())
+    for d in sorted(scope.scratch.glob("iolab-work-*")) if scope.scratch.is_dir() else []:
+        if str(d) in scope.protected or not scope.removable(str(d)):
+            continue
+        found = _working_in(str(d))
+        if found:
+            kill_processes(found)
+            killed.append(f"processes {sorted(p.pid for p in found)} in {d}")
+    return killed, []
+
+
+def _working_in(workdir: str) -> list[owners.TaggedProcess]:
+    """Live processes whose working directory is `workdir` (never this process)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") != workdir:
+                continue
+        except OSError:
+            continue
+        start = owners.start_time(pid)
+        if start is not None:  # no owner known (iolab before 0.2): owner 0.0 stands for "unknown"
+            found.append(owners.TaggedProcess(pid, start, owners.Owner(0, 0), None, ""))
+    return found
+
+
+def _sweep_mounts(scope: SweepScope) -> tuple[list[str], list[str]]:
+    cleaned: list[str] = []
+    errors: list[str] = []
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    for mnt in sorted(points, reverse=True):
+        mnt = mnt.replace("\\040", " ")
+        if not (mnt.endswith(".mnt") and scope.removable(mnt)):
+            continue
+        r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+        if r.returncode != 0:
+            r = subprocess.run(["umount", "-l", mnt], capture_output=True, text=True)
+        if r.returncode == 0:
+            cleaned.append(f"mount {mnt}")
+        else:
+            errors.append(f"mount {mnt}: {r.stderr.strip()}")
+    return cleaned, errors
+
+
+def _sweep_loops(scope: SweepScope) -> tuple[list[str], list[str]]:
+    cleaned, errors = [], []
+    for dev, backing in attached_loops():
+        if not scope.removable(backing):
+            continue
+        try:
+            detach_loop(dev)
+            cleaned.append(f"loop {dev} ({backing})")
+        except RuntimeError as exc:
+            errors.append(f"loop {dev}: {exc}")
+    return cleaned, errors
+
+
+def _sweep_files(scope: SweepScope) -> tuple[list[str], list[str]]:
+    """Tagged files and dirs of dead owners in the scratch dir and the temp dir (untagged old
+    names in the scratch dir only), never one that backs a loop device or is mounted."""
+    cleaned, errors = [], []
+    backing = {b for _, b in attached_loops()}
+    places = [scope.scratch, Path(tempfile.gettempdir())]
+    for place in dict.fromkeys(places):
+        for f in sorted(place.glob("iolab-*")) if place.is_dir() else []:
+            if not scope.removable(str(f)) or str(f) in backing or is_mounted(str(f)):
+                continue
+            if place != scope.scratch and owners.owner_of_name(f.name) is None:
+                continue  # the temp dir is everybody's: only tagged names there
+            try:
+                if f.is_dir() and not f.is_symlink():
+                    shutil.rmtree(f)
+                    cleaned.append(f"dir {f}")
+                else:
+                    f.unlink()
+                    cleaned.append(f"file {f}")
+            except OSError as exc:
+                errors.append(f"{f}: {exc}")
+    return cleaned, errors
+
+
+register_kind(ResourceKind("pgroup", ORDER_PROCESSES, _pgroup, _sweep_processes))
+register_kind(ResourceKind("mount", ORDER_MOUNTS, _mount, _sweep_mounts))
+register_kind(ResourceKind("loop", ORDER_DEVICES, _loop, _sweep_loops))
+register_kind(ResourceKind("file", ORDER_FILES, _file, _sweep_files))
+register_kind(ResourceKind("dir", ORDER_FILES + 10, _dir))  # swept with the files
 register_owner_cleaner(kill_processes_of)

@@ -13,6 +13,15 @@ Aggregation over repetitions (docs/statistics.md):
   the write-mode helper, a fio job that runs through its size once): the harmonic mean of
   the rates is total work / total time, the arithmetic mean would overweight fast trials.
 
+Range (``domain``): the values a metric can take, which its intervals never leave
+(docs/statistics.md, "Domains"). Declared with the metric, or implied by its unit (UNIT_DOMAINS:
+a rate, a time, a percentage can be 0 but never negative; a fraction lies in [0, 1]; an event
+count is a non-negative integer); a unit that implies none (``log2``, a change of bytes) must be
+declared. What an interval estimates follows from the range: the **median** of the
+configuration's repetitions for every measured quantity, the **mean** for event counts (a
+count that is 0 in four trials and 383 in the fifth has a median of 0; its mean says errors
+happen).
+
 A name may be a pattern with explicit placeholders, for per-group or per-side families:
 ``{side:read|write}_iops`` (one of the listed words), ``ratio_{weight:int}`` (digits),
 ``{name:word}_iops_kernel`` (lower-case letters, digits, underscores), ``{x:label}``
@@ -21,6 +30,7 @@ A name may be a pattern with explicit placeholders, for per-group or per-side fa
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -32,6 +42,46 @@ Direction = Literal["higher", "lower", "neither"]
 Aggregate = Literal["mean", "harmonic"]
 DIRECTIONS: tuple[str, ...] = ("higher", "lower", "neither")
 AGGREGATES: tuple[str, ...] = ("mean", "harmonic")
+
+Estimand = Literal["median", "mean"]
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a metric can take: [lo, hi] (integers only when `integer`)."""
+
+    name: str
+    lo: float
+    hi: float
+    integer: bool = False
+
+    def clip(self, x: float) -> float:
+        return min(max(x, self.lo), self.hi)
+
+    def contains(self, x: float) -> bool:
+        return self.lo <= x <= self.hi
+
+    @property
+    def estimand(self) -> Estimand:
+        """The mean for event counts (rare events matter), the median for everything else."""
+        return "mean" if self.integer else "median"
+
+
+REAL = Domain("real", -math.inf, math.inf)
+NONNEG = Domain("nonneg", 0.0, math.inf)  # rates (a stalled trial is 0), times, sizes, percentages, ratios
+UNIT = Domain("unit", 0.0, 1.0)  # fractions, shares, indices in [0, 1]
+COUNT = Domain("count", 0.0, math.inf, integer=True)  # events, requests, calls, bytes
+DOMAINS: dict[str, Domain] = {d.name: d for d in (REAL, NONNEG, UNIT, COUNT)}
+
+# What a unit says about the range; a unit not here needs a domain in its declaration.
+UNIT_DOMAINS: dict[str, Domain] = {
+    **{u: NONNEG for u in ("IOPS", "MiB/s", "MB/s", "KiB/s", "Mbit/s", "ops/s", "events/s", "calls/s",
+                           "durable writes/s", "s", "ms", "µs", "ns", "%", "cores", "ratio", "x")},
+    **{u: UNIT for u in ("fraction", "index")},
+    **{u: COUNT for u in ("bytes", "sectors", "requests", "calls", "I/Os", "ops", "operations", "events",
+                          "segments", "syncs", "writes", "transactions", "iterations", "groups", "threads",
+                          "CPUs", "hosts")},
+}
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+):([^{}]+)\}")
 _KINDS = {"int": r"[0-9]+", "word": r"[a-z0-9_]+", "label": r"[A-Za-z0-9_.]+"}
@@ -46,6 +96,7 @@ class Metric:
     direction: Direction
     description: str
     aggregate: Aggregate = "mean"
+    domain: Domain | None = None  # None: the unit's (UNIT_DOMAINS)
     _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -55,6 +106,11 @@ class Metric:
             raise ValueError(f"metric {self.name}: aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
         if not self.description:
             raise ValueError(f"metric {self.name}: a one-line description is required")
+        if self.domain is None:
+            if self.unit not in UNIT_DOMAINS:
+                raise ValueError(f"metric {self.name}: unit {self.unit!r} implies no range; declare its domain "
+                                 f"({', '.join(DOMAINS)})")
+            object.__setattr__(self, "domain", UNIT_DOMAINS[self.unit])
         if "{" in self.name:
             object.__setattr__(self, "_regex", re.compile(_pattern_regex(self.name)))
 
@@ -66,6 +122,15 @@ class Metric:
         if self._regex is None:
             return name == self.name
         return self._regex.fullmatch(name) is not None
+
+    @property
+    def range(self) -> Domain:
+        assert self.domain is not None  # set in __post_init__
+        return self.domain
+
+    @property
+    def estimand(self) -> Estimand:
+        return self.range.estimand
 
     @property
     def higher_is_better(self) -> bool | None:
@@ -81,7 +146,7 @@ class Metric:
 
     def as_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "direction": self.direction, "aggregate": self.aggregate,
-                "description": self.description}
+                "domain": self.range.name, "estimand": self.estimand, "description": self.description}
 
 
 def _pattern_regex(name: str) -> str:

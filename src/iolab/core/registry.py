@@ -15,6 +15,7 @@ TARGETS: dict[str, str] = {
     "qemu": "iolab.targets.qemu_guest:QemuGuestTarget",
     "cgroups": "iolab.targets.cgroup_set:CgroupSetTarget",
     "fleet": "iolab.targets.fleet:FleetTarget",
+    "fsimage": "iolab.targets.fsimage:FsImageTarget",
 }
 
 WORKLOADS: dict[str, str] = {

@@ -2,8 +2,10 @@
 
 Every module that creates something system-wide (a loop device, a mount, a cgroup, a
 scheduler change, a QEMU process, a load generator, a scratch file or dir) records it
-here *before* creating it and registers one cleaner for its kind. Teardown, Ctrl-C and
-`iolab clean` all go through the same cleaners, so there is one way to undo each kind.
+here *before* creating it and registers its `ResourceKind`: how to undo an entry, when (its
+order) and how `iolab clean --all` finds one without a ledger (its sweep). Teardown, Ctrl-C
+and `iolab clean` all go through the same cleaners, so there is one way to undo each kind;
+nothing here lists the kinds.
 
 Pending entries: `Ledger.creating()` writes the entry as *pending*, holds SIGINT/SIGTERM/
 SIGHUP (core.signals) while the thing is made, then marks it live with what creation
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iolab.core import owner as owners
-from iolab.core import paths, signals
+from iolab.core import paths, registry, signals
 
 PENDING = "pending"
 LIVE = "live"
@@ -40,25 +42,104 @@ Cleaner = Callable[["Resource"], None]
 # Run for a dead owner before its entries are undone (e.g. kill the processes it started,
 # which may still hold its loop devices); returns what it did, one line each.
 OwnerCleaner = Callable[[owners.Owner], list[str]]
-_CLEANERS: dict[str, Cleaner] = {}
+# `iolab clean --all`: find and undo things of one kind whose owner is dead, without a ledger;
+# returns (what was undone, errors), one line each.
+Sweep = Callable[["SweepScope"], tuple[list[str], list[str]]]
+
+# The order scale kinds declare themselves on (ResourceKind.order): what runs before what it
+# uses, so nothing is busy when its turn comes; a scheduler claim while its device is still
+# attached (a detach starts a new diskseq: the claim's record would be dropped as stale, not
+# restored); what is stacked on a device before the device, a device before its image file.
+ORDER_PROCESSES = 10  # processes: a load generator's cgroup leaf (10), a QEMU (20)
+ORDER_GROUPS = 30  # cgroups: a trial cgroup's processes are killed through it
+ORDER_CLAIMS = 40  # machine-wide settings of a device (scheduler claims)
+ORDER_MOUNTS = 50  # filesystems mounted on a device
+ORDER_DEVICES = 60  # loop devices
+ORDER_FILES = 70  # files (images), then dirs (80)
+UNORDERED = -1  # a kind registered with a cleaner alone (register_cleaner): undone first, as ever
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """One kind of thing iolab creates, registered by the module that creates it.
+
+    name:  the ledger entries' `kind`
+    order: when it is undone among a dead owner's entries and in a sweep (the ORDER_* scale)
+    clean: undo one ledger entry, live or pending (whose thing may or may not exist);
+           idempotent: undoing what is gone is not an error
+    sweep: `iolab clean --all`: undo things of this kind whose owner is dead, found by their
+           names and tags alone (SweepScope says what may be taken); None: swept with another
+           kind (a dir with the files) or never left without a ledger
+    """
+
+    name: str
+    order: int
+    clean: Cleaner
+    sweep: Sweep | None = None
+
+
+@dataclass(frozen=True)
+class SweepScope:
+    """What `iolab clean --all` may take: names carrying a dead owner's tag anywhere; untagged
+    `iolab-*` names (iolab before 0.2) only directly in this data dir's scratch dir and only when
+    no live ledger of this data dir names them (`protected`)."""
+
+    scratch: Path
+    protected: frozenset[str]
+
+    @classmethod
+    def here(cls) -> SweepScope:
+        """This data dir's scratch dir, and what its live ledgers name (loop devices by backing file too)."""
+        out: set[str] = set()
+        for r in live_items():
+            out.add(r.ident)
+            if r.info.get("backing"):
+                out.add(str(r.info["backing"]))
+            if r.info.get("workdir"):
+                out.add(str(r.info["workdir"]))
+        return cls(Path(os.path.realpath(paths.scratch_dir())), frozenset(out))
+
+    def removable(self, path: str) -> bool:
+        """A name iolab made whose owner is dead; untagged: only in this scratch dir, unprotected."""
+        name = os.path.basename(path.rstrip("/"))
+        if not name.startswith(owners.PREFIX):
+            return False
+        o = owners.owner_of_name(name)
+        if o is not None:
+            return not o.alive()
+        return os.path.dirname(path) == str(self.scratch) and path not in self.protected
+
+
+_KINDS: dict[str, ResourceKind] = {}
 _OWNER_CLEANERS: list[OwnerCleaner] = []
-# Kinds undone in this order: processes before what they use, a scheduler claim while its
-# device is still attached (a detach starts a new diskseq: the claim's record would be
-# dropped as stale, not restored), a mount before its loop device, a loop device before its image.
-_ORDER = ["pgroup", "process", "cgroup", "scheduler", "mount", "loop", "file", "dir"]
 
 # Test hook (the kill test): seconds to sleep between a pending entry and the creation,
 # so a kill can land in that window on purpose. Never set outside tests.
 _CREATE_DELAY_ENV = "IOLAB_TEST_CREATE_DELAY"
 
 
+def register_kind(kind: ResourceKind) -> None:
+    _KINDS[kind.name] = kind
+
+
 def register_cleaner(kind: str, fn: Cleaner) -> None:
-    _CLEANERS[kind] = fn
+    """A kind known by its cleaner alone (no sweep, undone before the ordered kinds)."""
+    register_kind(ResourceKind(kind, UNORDERED, fn))
 
 
 def register_owner_cleaner(fn: OwnerCleaner) -> None:
     if fn not in _OWNER_CLEANERS:
         _OWNER_CLEANERS.append(fn)
+
+
+def kinds() -> list[ResourceKind]:
+    """Every registered kind in the order they are undone (load_all_kinds() first for all of them)."""
+    return sorted(_KINDS.values(), key=lambda k: k.order)
+
+
+def _order(res: Resource) -> int:
+    kind = _KINDS.get(res.kind)
+    return kind.order if kind is not None else UNORDERED
 
 
 @dataclass
@@ -172,13 +253,13 @@ class Ledger:
 
 
 def _clean_one(res: Resource) -> None:
-    fn = _CLEANERS.get(res.kind)
-    if fn is None:  # a module that creates this kind forgot to import its cleaner: find it anyway
-        load_all_cleaners()
-        fn = _CLEANERS.get(res.kind)
-    if fn is None:
+    kind = _KINDS.get(res.kind)
+    if kind is None:  # a module that creates this kind was not imported here: find it anyway
+        load_all_kinds()
+        kind = _KINDS.get(res.kind)
+    if kind is None:
         raise RuntimeError(f"no cleaner registered for {res.kind!r}")
-    fn(res)
+    kind.clean(res)
 
 
 # ---------------------------------------------------------------- orphans
@@ -254,7 +335,7 @@ def clean_orphans(directory: Path | None = None) -> tuple[list[str], list[str]]:
     nothing holds its devices), then its entries in dependency order. The file goes only
     when every entry was undone, so a failed cleaner is tried again next time.
     """
-    load_all_cleaners()
+    load_all_kinds()
     cleaned: list[str] = []
     errors: list[str] = []
     for f, items in orphaned(directory):
@@ -265,7 +346,7 @@ def clean_orphans(directory: Path | None = None) -> tuple[list[str], list[str]]:
                     cleaned += fn(dead)
                 except Exception as exc:
                     errors.append(f"processes of {dead.token}: {exc}")
-        items.sort(key=lambda r: _ORDER.index(r.kind) if r.kind in _ORDER else -1)
+        items.sort(key=_order)
         failed: list[Resource] = []
         for res in items:
             try:
@@ -285,9 +366,12 @@ def clean_orphans(directory: Path | None = None) -> tuple[list[str], list[str]]:
     return cleaned, errors
 
 
-def load_all_cleaners() -> None:
-    """Import every module that registers a cleaner (they register at import)."""
-    import importlib
-
-    for mod in ("iolab.core.cleaners", "iolab.cgroups.cleanup", "iolab.vm.cleanup"):
-        importlib.import_module(mod)
+def load_all_kinds() -> None:
+    """Register every resource kind: each is registered by the module that creates it, and
+    everything iolab creates is created by a target's set-up or by what runs under one (the
+    executor's load generators, the runner's trial cgroups, a guest's QEMU), all imported by
+    the target modules. So importing every registered target registers every kind, and a new
+    target's own kind needs no list here (tests/core/test_resource_kinds.py checks that every
+    kind any module records is registered after this)."""
+    for kind in registry.TARGETS:
+        registry.target_class(kind)

@@ -2,35 +2,35 @@
 
 Reachability is a plain connect (TCP or unix socket) with a short timeout, so an unreachable
 host is named at once instead of after fio's own retries. Each host then runs a tiny probe
-job (ioengine=null) through its server: fio's probe reply names the server's fio version,
-OS, architecture and host name, and the job's log, timestamped on the host's clock
-(log_unix_epoch), gives the clock skew: the host's clock at the job's last sample minus
-this machine's clock when the result came back. That is low by the result's delivery time
-(tens of ms here; fio's job start after the request takes over a second, so the start is no
-use), a bias hosts on similar networks share, so the skew *between* hosts is what counts.
+job (ioengine=null, 0.2 s) through its server, with its own fio client like a trial
+(fleet/client.py): fio's probe reply names the server's fio version, OS, architecture and
+host name. A host on another clock runs skew.PROBES of them, each logging with the host's
+clock, for the minimum-delay estimate of its clock skew (fleet/skew.py); a host on this
+machine's clock needs none.
 """
 
 from __future__ import annotations
 
 import re
 import socket
-import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from iolab.core.errors import RefusedError
-from iolab.core.exec import Executor
-from iolab.fleet.aggregate import parse_log
-from iolab.fleet.client import RESULT_FILE, run_clients
+from iolab.core.resources import Ledger
+from iolab.fleet import skew as skews
+from iolab.fleet.client import LOG_PREFIX, ClientRun, run_clients
 from iolab.fleet.hosts import FleetHost
 from iolab.workloads import fio_engine
 
 CONNECT_TIMEOUT_S = 3.0
 PROBE_INTERVAL_MS = 20
-PROBE_TRIES = 3
-_PROBE_LINE = re.compile(r"hostname=(?P<hostname>[^,]*), be=\d+, (?P<bits>\d+)-bit, os=(?P<os>[^,]*), "
-                         r"arch=(?P<arch>[^,]*), fio=(?P<fio>[^,\s]*)")
+_PROBE_LINE = re.compile(r"hostname=(?P<hostname>[^,\n]*), be=\d+, (?P<bits>\d+)-bit, os=(?P<os>[^,\n]*), "
+                         r"arch=(?P<arch>[^,\n]*), fio=(?P<fio>[^,\s]*)")
+
+Runner = Callable[[list[FleetHost], dict[str, str]], ClientRun]
 
 
 @dataclass(frozen=True)
@@ -40,12 +40,16 @@ class HostFacts:
     os: str | None
     arch: str | None
     hostname: str | None
-    skew_ms: float | None      # host clock minus this machine's (low by the result's delivery time)
+    skew: skews.Skew
     problem: str | None = None
+
+    @property
+    def skew_ms(self) -> float | None:
+        return self.skew.ms
 
     def manifest(self) -> dict[str, object]:
         return {"fio": self.fio, "os": self.os, "arch": self.arch, "hostname": self.hostname,
-                "kernel": "not reported by fio's server", "clock_skew_ms": self.skew_ms}
+                "kernel": "not reported by fio's server", **self.skew.manifest()}
 
 
 def unreachable(hosts: list[FleetHost]) -> dict[str, str]:
@@ -65,48 +69,69 @@ def unreachable(hosts: list[FleetHost]) -> dict[str, str]:
         return {n: why for n, why in pool.map(one, hosts) if why}
 
 
-def probe(executor: Executor, host: FleetHost, log_dir: Path) -> HostFacts:
-    """fio's version etc. from its probe reply, and the clock skew from a 0.2 s null job.
+def runner(base: Path, ledger: Ledger | None = None, output_format: str = "normal") -> Runner:
+    """Probe jobs through each host's own client, in work dirs under `base`."""
+    return lambda hosts, jobs: run_clients(base, ledger, hosts, jobs, timeout_s=60, output_format=output_format,
+                                           logs=True)
 
-    A probe whose rate log came back without a sample (seen once in ~900 runs on a machine
-    with every core busy) is run again, up to PROBE_TRIES times: an unknown skew would leave
-    the host's samples unaligned in the common window. Still none: skew None (the manifest
-    says so; windowing takes 0)."""
-    facts = _probe_once(executor, host, log_dir)
-    for _ in range(PROBE_TRIES - 1):
-        if facts.problem or facts.skew_ms is not None:
-            break
-        facts = _probe_once(executor, host, log_dir)
+
+def probe_job() -> str:
+    return fio_engine.render_job({"ioengine": "null", "size": 1 << 20, "bs": 4096, "rw": "read",
+                                  "time_based": True, "runtime": "200ms", "log_unix_epoch": 1,
+                                  "log_avg_msec": PROBE_INTERVAL_MS, "write_iops_log": LOG_PREFIX},
+                                 [("probe", {})])
+
+
+def probe(run: Runner, hosts: list[FleetHost]) -> dict[str, HostFacts]:
+    """fio's version etc. from one probe of every host; the skew of hosts on another clock from
+    skew.PROBES probes each (all hosts at once, round after round)."""
+    job = probe_job()
+    first = run(hosts, {h.name: job for h in hosts})
+    facts: dict[str, HostFacts] = {}
+    for h in hosts:
+        r = first.hosts[h.name]
+        m = _PROBE_LINE.search(r.text)
+        if m is None:
+            bad = re.search(r"client/server version mismatch[^\n]*|bad server cmd version \d+", r.text)
+            why = bad.group(0) if bad else (r.why or "no answer to fio's probe")
+            facts[h.name] = HostFacts(h.name, None, None, None, None, skews.Skew(None, "not probed"),
+                                      problem=f"{h.label()}: {why}")
+            continue
+        facts[h.name] = HostFacts(h.name, m["fio"], m["os"], m["arch"], m["hostname"],
+                                  skews.same_clock() if h.local else skews.Skew(None, "measuring"))
+    remote = [h for h in hosts if not h.local and facts[h.name].problem is None]
+    measured = measure_skew(run, remote, {h.name: first.hosts[h.name].log_bound_ms for h in remote})
+    for name, s in measured.items():
+        f = facts[name]
+        facts[name] = HostFacts(f.name, f.fio, f.os, f.arch, f.hostname, s)
     return facts
 
 
-def _probe_once(executor: Executor, host: FleetHost, log_dir: Path) -> HostFacts:
-    prefix = str(log_dir / f"probe-{host.name}")
-    job = fio_engine.render_job({"ioengine": "null", "size": 1 << 20, "bs": 4096, "rw": "read",
-                                 "time_based": True, "runtime": "200ms", "log_unix_epoch": 1,
-                                 "log_avg_msec": PROBE_INTERVAL_MS, "write_iops_log": prefix}, [("probe", {})])
-    for old in log_dir.glob(f"probe-{host.name}_iops.*"):
-        old.unlink()
-    run = run_clients(executor, [host], {host.name: job}, timeout_s=30, output_format="normal")
-    t_after = time.time() * 1000
-    text = run.result.collected.get(RESULT_FILE, "") + "\n" + run.result.stdout + "\n" + run.result.stderr
-    m = _PROBE_LINE.search(text)
-    if m is None:
-        bad = re.search(r"bad server cmd version \d+|[^\n]*version[^\n]*", text)
-        why = bad.group(0).strip() if bad else (text.strip().splitlines() or ["no answer"])[-1]
-        return HostFacts(host.name, None, None, None, None, None, problem=f"{host.label()}: {why}")
-    samples = [s for p in sorted(log_dir.glob(f"probe-{host.name}_iops.*")) for s in parse_log(p.read_text())]
-    skew = max(s.t_ms for s in samples) - t_after if samples else None
-    return HostFacts(host.name, m["fio"], m["os"], m["arch"], m["hostname"], skew)
+def measure_skew(run: Runner, hosts: list[FleetHost],
+                 first: dict[str, float | None] | None = None) -> dict[str, skews.Skew]:
+    """skew.PROBES lower bounds per host on another clock (`first`: bounds already in hand)."""
+    if not hosts:
+        return {}
+    bounds: dict[str, list[float | None]] = {h.name: [] for h in hosts}
+    if first:
+        for name, b in first.items():
+            bounds[name].append(b)
+    job = probe_job()
+    while min(len(b) for b in bounds.values()) < skews.PROBES:
+        todo = [h for h in hosts if len(bounds[h.name]) < skews.PROBES]
+        got = run(todo, {h.name: job for h in todo})
+        for h in todo:
+            bounds[h.name].append(got.hosts[h.name].log_bound_ms)
+    return {n: skews.from_bounds(b) for n, b in bounds.items()}
 
 
-def check(executor: Executor, hosts: list[FleetHost], log_dir: Path) -> dict[str, HostFacts]:
+def check(run: Runner, hosts: list[FleetHost]) -> dict[str, HostFacts]:
     """All checks before load; RefusedError naming every host that fails one."""
     gone = unreachable(hosts)
     if gone:
         raise RefusedError("fleet hosts not reachable (is `fio --server` running there, or "
                            "`iolab fleet serve`?):\n  " + "\n  ".join(gone[n] for n in sorted(gone)))
-    facts = {h.name: probe(executor, h, log_dir) for h in hosts}
+    facts = probe(run, hosts)
     problems = [f.problem for f in facts.values() if f.problem]
     if problems:
         raise RefusedError("fleet hosts did not answer fio's probe:\n  " + "\n  ".join(p for p in problems if p))

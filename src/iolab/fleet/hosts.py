@@ -8,6 +8,7 @@ is restricted to the characters a declared metric label allows.
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,10 @@ class FleetHost(BaseModel):
     def _path(cls, v: str | None) -> str | None:
         if v is not None and (not _PATH.fullmatch(v) or "/../" in v + "/"):
             raise ValueError(f"{v!r}: an absolute path of letters, digits and '_./+-', no '..'")
+        if v is not None and (v != posixpath.normpath(v) or v.startswith("//")):
+            # fio compares path strings (its "appears mounted" check): one spelling per file
+            raise ValueError(f"{v!r}: write it as {posixpath.normpath('/' + v.lstrip('/'))!r} (no '//', '/./' "
+                             "or trailing '/')")
         return v
 
     @model_validator(mode="after")

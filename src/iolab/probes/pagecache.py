@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from iolab.core.metrics import Metric
+from iolab.core.metrics import REAL, Metric
 from iolab.probes.base import Probe
 from iolab.targets.base import Placement
 
@@ -20,8 +20,10 @@ def meminfo_kib(field: str) -> int:
 class PageCache(Probe):
     name: ClassVar[str] = "page_cache"
     metrics: ClassVar[tuple[Metric, ...]] = (
-        Metric("cached_delta_bytes", "bytes", "neither", "change of the page cache's size (Cached) over the trial"),
-        Metric("dirty_delta_bytes", "bytes", "neither", "change of dirty page-cache memory (Dirty) over the trial"),
+        Metric("cached_delta_bytes", "bytes", "neither", "change of the page cache's size (Cached) over the trial",
+               domain=REAL),
+        Metric("dirty_delta_bytes", "bytes", "neither", "change of dirty page-cache memory (Dirty) over the trial",
+               domain=REAL),
     )
 
     @classmethod

@@ -240,10 +240,10 @@ def _legend(ax: Any, chart: Chart) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if chart.kind == "line" and any(s.lo is not None and s.hi is not None for s in chart.series):
         handles.append(Patch(facecolor="#57606a", alpha=0.18, lw=0))
-        labels.append("95% CI")
+        labels.append("95% interval")
     if chart.kind == "bar" and any(s.lo is not None for s in chart.series):
         handles.append(Line2D([], [], color="#1f2328", marker="_", ms=8, lw=1))
-        labels.append("95% CI")
+        labels.append("95% interval")
     if len(labels) <= 1 and chart.kind == "bar" and len(chart.series) == 1:
         return
     ax.legend(

@@ -120,10 +120,21 @@ def fmt_cell(value: Any) -> str:
         return value.text
     parts = ci_parts(value)
     if parts is not None:
-        return fmt_ci(*parts)
+        return fmt_ci(*parts) + (estimate_marks(value) if isinstance(value, dict) else "")
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, default=str, sort_keys=True)
     return fmt_num(value)
+
+
+def estimate_marks(est: dict[str, Any]) -> str:
+    """What must stand beside an estimate's number: its values at 0 (a stall is in the estimate,
+    never dropped) and the run-order checks that tripped (no 95 % is claimed for it)."""
+    out = ""
+    if est.get("zeros") and est.get("domain") != "count":
+        out += f" ({est['zeros']} of {est.get('n', '?')} at 0)"
+    if est.get("checks"):
+        out += " ⚑ " + ", ".join(str(c) for c in est["checks"])
+    return out
 
 
 def is_numeric_cell(value: Any) -> bool:

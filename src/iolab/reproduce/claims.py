@@ -1,38 +1,73 @@
 """The published claims of the five reference studies, and how this machine's runs test them.
 
 Each claim names the study that measures it and a function from that study's results
-document (with findings) to a verdict:
+document to a verdict (analysis/verdicts.py), decided by where the claim's intervals lie:
 
-  holds            the measured value (with its 95 % CI) is what the paper said, by the stated rule
-  differs          it is measurably not, and the reason says what was measured instead
-  not testable here  the run cannot answer it on this machine (e.g. guest speed ratios under
-                   TCG, a matrix the quick run leaves out, a study that did not complete)
+  holds              every interval lies inside the claim's band (or beyond its threshold; for
+                     "equal" claims: an equivalence test)
+  differs            an interval lies wholly outside it; the reason says what was measured
+  undecided          an interval straddles an edge: the reason says how many more repetitions
+                     would likely decide it (or that none will)
+  not testable here  the run cannot answer it on this machine (guest speed ratios under TCG, a
+                     matrix the quick run leaves out, a study that did not complete)
 
-Every verdict comes with one sentence of reason built from the measurements. Pure: a claim is
-evaluated on stored results documents, so it is tested without a machine
-(../shared/reference-studies.md has the papers' numbers).
+**One family.** The verdicts of a page are read together, so their error is controlled
+together: every interval behind a testable claim is computed at α'/M (Bonferroni over the M
+intervals of the page, on top of the adaptive-stopping design's α'), so the chance that any
+holds or differs on the page is wrong is at most 5 %. `evaluate` first finds which claims are
+testable (that depends on the run, never on its outcome), counts their intervals, then decides
+them all at that level.
 
-Size: one short function per published claim (about twenty), in the papers' order, so the
-table of claims can be read against the papers side by side.
+Pure: a claim is evaluated from stored trials (each study's findings where they hold raw
+counts), so it is tested without a machine (tests/reproduce) and a runner can recompute every
+verdict between rounds (each undecided row's `decide` says where more repetitions help).
+
+Size: one short function per published claim (seventeen), in the papers' order, so the table
+of claims can be read against the papers side by side (../shared/reference-studies.md).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
-from iolab.analysis.stats import Estimate
+from iolab.analysis.stats import Estimate, mover_ratio
 from iolab.analysis.trials import relative_resolution
+from iolab.analysis.verdicts import (
+    DIFFERS,
+    HOLDS,
+    PROJECT_MAX,
+    UNDECIDED,
+    UNTESTABLE,
+    Band,
+    Decision,
+    combine,
+)
+from iolab.studies import builtin
+from iolab.studies.cgroup_weights.analysis import BREAK_LOG2
 from iolab.studies.common import ok_trials
-from iolab.studies.sync_amplification.cost import gain_text
+from iolab.studies.sync_amplification.cost import gain_text, verdict_rows
 from iolab.studies.sync_amplification.spec import DEFAULTS
 from iolab.studies.vm_profile.analysis import collect
 
 Doc = dict[str, Any]
-HOLDS, DIFFERS, UNTESTABLE = "holds", "differs", "not testable here"
+ALPHA = 0.05
+__all__ = ["HOLDS", "DIFFERS", "UNDECIDED", "UNTESTABLE", "CLAIMS", "evaluate"]
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """How a claim is read: the quick run or the full one, and the page's family size M (each
+    interval at α'/M)."""
+
+    quick: bool
+    family: int = 1
+
+    def est(self, doc: Doc) -> RunEstimator:
+        return RunEstimator(doc, self.family)
 
 
 @dataclass(frozen=True)
@@ -41,9 +76,12 @@ class Verdict:
     value: str     # what was measured, for the table ("0.83 [0.78, 0.88]")
     reason: str    # one sentence, from measurements
     estimate: dict[str, Any] | None = None
+    intervals: int = 0  # the intervals this verdict read (its share of the page's family)
+    decide: Decision | None = None  # undecided: what would decide it
 
     def as_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "value": self.value, "reason": self.reason, "estimate": self.estimate}
+        return {"verdict": self.verdict, "value": self.value, "reason": self.reason, "estimate": self.estimate,
+                "intervals": self.intervals, "decide": self.decide.as_dict() if self.decide else None}
 
 
 @dataclass(frozen=True)
@@ -52,8 +90,38 @@ class Claim:
     reference: str          # R1..R5
     study: str              # the built-in study that measures it
     text: str               # the published claim, in words
-    rule: str               # how "holds" is decided here
-    evaluate: Callable[[Doc, bool], Verdict]   # (the study's document, quick?) -> Verdict
+    rule: str               # how the verdict is decided here
+    evaluate: Callable[[Doc, Ctx], Verdict]   # (the study's document, how to read it) -> Verdict
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One interval a claim reads, and how it would look after k more repetitions."""
+
+    name: str
+    est: Estimate
+    project: Callable[[int], Estimate]
+    configs: tuple[str, ...]
+
+
+def decide(items: Sequence[tuple[Measured, Band]]) -> tuple[str, Decision | None]:
+    """The claim's verdict over its intervals, and for an undecided one what would decide it: the
+    fewest further repetitions after which the projected intervals (same estimates, the spread
+    measured so far) give a verdict other than undecided."""
+    verdict = combine(band.decide(m.est.lo, m.est.hi) for m, band in items)
+    if verdict != UNDECIDED or not items:
+        return verdict, None
+    open_ = [m for m, band in items if band.decide(m.est.lo, m.est.hi) == UNDECIDED]
+    configs = tuple(dict.fromkeys(c for m in open_ for c in m.configs))
+    n = min(m.est.n for m in open_)
+    for k in range(1, max(PROJECT_MAX - n, 0) + 1):
+        if combine(band.decide(m.project(k).lo, m.project(k).hi) for m, band in items) != UNDECIDED:
+            return verdict, Decision(k, configs)
+    return verdict, Decision(None, configs)
+
+
+def undecided_words(decision: Decision | None) -> str:
+    return f"; {decision.words()}" if decision else ""
 
 
 # -- small helpers ---------------------------------------------------------------------------
@@ -66,16 +134,20 @@ def _fmt(e: Estimate | dict[str, Any] | None, digits: int = 2) -> str:
         return "–"
     def f(x: float | None) -> str:
         return "?" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
-    if hi is None or hi == math.inf:  # no upper end (a harmonic mean's interval): open, as the reports show it
+    if hi is None or hi == math.inf:  # no upper end: open, as the reports show it
         return f"{mean:.{digits}f} [{f(lo)}, ∞)"
     return f"{mean:.{digits}f} [{f(lo)}, {f(hi)}]"
 
 
 def _accel(doc: Doc) -> str | None:
-    return (doc.get("findings") or {}).get("accel")
+    accel = (doc.get("findings") or {}).get("accel")
+    if accel:
+        return str(accel)
+    return next((a for t in doc.get("trials") or [] if (a := ((t.get("manifest") or {}).get("target") or {})
+                                                         .get("accel"))), None)
 
 
-def _tcg_reason(doc: Doc, measured: str) -> str:
+def _tcg_reason() -> str:
     return ("guests ran under TCG software emulation (no usable KVM here): guest/host speed ratios measure the "
             "emulator, not the device model; needs KVM")
 
@@ -88,30 +160,45 @@ def _trials(doc: Doc, where: dict[str, Any], metric: str) -> list[dict[str, Any]
         # the full configs win over labels (a study's analysis may rewrite labels for display, e.g. "4k")
         scope = {**{k: v for k, v in p.items() if not k.startswith("_")}, **p.get("_target", {}),
                  **p.get("_workload", {})}
-        if all(scope.get(k) == v for k, v in where.items()) and metric in t["metrics"]:
+        if all(scope.get(k) == v for k, v in where.items()) and isinstance(t["metrics"].get(metric), (int, float)):
             out.append(t)
     return out
 
 
 def _values(doc: Doc, where: dict[str, Any], metric: str) -> list[float]:
-    """Metric values of ok trials whose params match `where`."""
+    """Metric values of ok trials whose params match `where`, in run order."""
     return [float(t["metrics"][metric]) for t in _trials(doc, where, metric)]
 
 
-def _harmonic_ratio(doc: Doc, num: dict[str, Any], den: dict[str, Any], metric: str) -> Estimate:
-    """The ratio of the harmonic means of `metric` (fixed work per trial) of the trials matching
-    `num` and `den`, as the studies compute it, widened by the clock error of both sides."""
+def _label(where: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_size(v) if k in ('record', 'bs') and isinstance(v, int) else v}"
+                    for k, v in where.items() if k not in ("kind",))
+
+
+def _one(doc: Doc, ctx: Ctx, where: dict[str, Any], metric: str, name: str = "") -> Measured:
+    """The estimate of one configuration's `metric` (widened by its tool's resolution)."""
+    ts = _trials(doc, where, metric)
+    vals, rel = [float(t["metrics"][metric]) for t in ts], relative_resolution(ts, metric)
+    est = ctx.est(doc)
+    return Measured(name or _label(where), est.estimate(vals, rel=rel), lambda k: est.projected(vals, k),
+                    (_label(where),))
+
+
+def _ratio(doc: Doc, ctx: Ctx, num: dict[str, Any], den: dict[str, Any], metric: str, name: str = "") -> Measured:
+    """est(num)/est(den) of one metric between two configurations of the run, widened by the clock
+    error of both sides (the ratio the studies show)."""
     a, b = _trials(doc, num, metric), _trials(doc, den, metric)
-    return RunEstimator(doc).ratio_of("harmonic", [float(t["metrics"][metric]) for t in a],
-                                      [float(t["metrics"][metric]) for t in b],
-                                      (relative_resolution(a, metric), relative_resolution(b, metric)))
+    va, vb = [float(t["metrics"][metric]) for t in a], [float(t["metrics"][metric]) for t in b]
+    est = ctx.est(doc)
+    e = est.ratio(va, vb, (relative_resolution(a, metric), relative_resolution(b, metric)))
+    return Measured(name or f"{_label(num)} / {_label(den)}", e, lambda k: est.projected_ratio(va, vb, k),
+                    (_label(num), _label(den)))
 
 
-def _overlaps(e: Estimate, lo: float, hi: float) -> bool | None:
-    """True if the CI meets [lo, hi], False if it lies wholly outside, None without an interval."""
-    if not (math.isfinite(e.lo) and math.isfinite(e.hi)):
-        return None
-    return e.hi >= lo and e.lo <= hi
+def _ratio_of(a: Measured, b: Measured, name: str) -> Measured:
+    """a/b of two ratios (MOVER again): e.g. the 4 KiB gap over the large-record gap."""
+    return Measured(name, mover_ratio(a.est, b.est), lambda k: mover_ratio(a.project(k), b.project(k)),
+                    a.configs + b.configs)
 
 
 def _not_run(doc: Doc | None, study: str) -> Verdict | None:
@@ -120,6 +207,15 @@ def _not_run(doc: Doc | None, study: str) -> Verdict | None:
     if not ok_trials(doc):
         return Verdict(UNTESTABLE, "–", f"the {study} study has no successful trial (status {doc.get('status')})")
     return None
+
+
+def _verdict(items: Sequence[tuple[Measured, Band]], value: str, words: dict[str, str],
+             estimate: Estimate | None = None) -> Verdict:
+    """A Verdict from the claim's intervals; `words`: the reason per outcome (undecided gets what
+    would decide it appended)."""
+    v, decision = decide(items)
+    reason = words[v] + (undecided_words(decision) if v == UNDECIDED else "")
+    return Verdict(v, value, reason, estimate.as_dict() if estimate else None, len(items), decision)
 
 
 # -- R1: host vs VM, virtio-blk vs emulated (study virtio) ----------------------------------------
@@ -131,103 +227,121 @@ def _largest_record(doc: Doc) -> int:
     return max(recs) if recs else 4 << 20
 
 
-def _bus_ratio(doc: Doc, bus: str, record: int, test: str) -> Estimate:
-    return _harmonic_ratio(doc, {"target": bus, "test": test, "record": record},  # as the study's ratio_vs_host
-                           {"target": "host", "test": test, "record": record}, "kbps")
+def _bus_ratio(doc: Doc, ctx: Ctx, bus: str, record: int, test: str) -> Measured:
+    return _ratio(doc, ctx, {"target": bus, "test": test, "record": record},  # as the study's ratio_vs_host
+                  {"target": "host", "test": test, "record": record}, "kbps", f"{test} {bus}/host at {_size(record)}")
 
 
-def _r1_band(bus: str, lo: float, hi: float, words: str) -> Callable[[Doc, bool], Verdict]:
-    def evaluate(doc: Doc, quick: bool) -> Verdict:
+def _r1_band(bus: str, band: Band) -> Callable[[Doc, Ctx], Verdict]:
+    def evaluate(doc: Doc, ctx: Ctx) -> Verdict:
         rec = _largest_record(doc)
-        ests = {t: _bus_ratio(doc, bus, rec, t) for t in ("write", "read")}
-        ests = {t: e for t, e in ests.items() if e.n}
-        if not ests:
+        ms = [m for m in (_bus_ratio(doc, ctx, bus, rec, t) for t in ("write", "read")) if m.est.n]
+        if not ms:
             return Verdict(UNTESTABLE, "–", f"no {bus} and host trials at {_size(rec)} records")
-        value = "; ".join(f"{t} {_fmt(e)}" for t, e in ests.items())
+        value = "; ".join(f"{m.name.split()[0]} {_fmt(m.est)}" for m in ms)
         if _accel(doc) == "tcg":
-            return Verdict(UNTESTABLE, value, _tcg_reason(doc, f"{bus}/host at {_size(rec)}: {value}"))
-        fits = [_overlaps(e, lo, hi) for e in ests.values()]
-        where = f"of the host at {_size(rec)} records"
-        if all(fits):
-            return Verdict(HOLDS, value, f"{bus} reaches {value} {where}, within {words}")
-        if any(f is None for f in fits):
-            return Verdict(UNTESTABLE, value, f"too few repetitions for an interval: {bus} {value} {where}")
-        return Verdict(DIFFERS, value, f"{bus} reaches {value} {where}, outside {words}")
+            return Verdict(UNTESTABLE, value, _tcg_reason())
+        where = f"{bus} reaches {value} of the host at {_size(rec)} records"
+        return _verdict([(m, band) for m in ms], value, {
+            HOLDS: f"{where}: every interval {band.words()}",
+            DIFFERS: f"{where}: outside {band.words()}",
+            UNDECIDED: f"{where}: an interval straddles {band.words()}"})
     return evaluate
 
 
-def _r1_gap(doc: Doc, quick: bool) -> Verdict:
+def _r1_gap(doc: Doc, ctx: Ctx) -> Verdict:
     rec = _largest_record(doc)
-    small, large = _bus_ratio(doc, "ide", KIB4, "write"), _bus_ratio(doc, "ide", rec, "write")
-    if not small.n or not large.n:
+    small, large = _bus_ratio(doc, ctx, "ide", KIB4, "write"), _bus_ratio(doc, ctx, "ide", rec, "write")
+    if not small.est.n or not large.est.n:
         return Verdict(UNTESTABLE, "–", "no emulated-disk (ide) write trials at 4 KiB and at large records")
-    value = f"ide/host write: 4 KiB {_fmt(small)}, {_size(rec)} {_fmt(large)}"
+    gap = _ratio_of(small, large, "ide/host at 4 KiB over at the largest record")
+    value = f"ide/host write: 4 KiB {_fmt(small.est)}, {_size(rec)} {_fmt(large.est)}"
     if _accel(doc) == "tcg":
-        return Verdict(UNTESTABLE, value, _tcg_reason(doc, value))
-    if small.hi < large.lo:
-        return Verdict(HOLDS, value, f"the emulated disk loses more at 4 KiB than at {_size(rec)} records ({value})")
-    return Verdict(DIFFERS, value, f"the emulated disk's gap to the host is not wider at 4 KiB than at "
-                                   f"{_size(rec)} ({value})")
+        return Verdict(UNTESTABLE, value, _tcg_reason())
+    ratio = f"(4 KiB over {_size(rec)}: {_fmt(gap.est)})"
+    return _verdict([(gap, Band(0.0, 1.0))], value, {
+        HOLDS: f"the emulated disk loses more at 4 KiB than at {_size(rec)} records {ratio}",
+        DIFFERS: f"the emulated disk's gap to the host is narrower at 4 KiB than at {_size(rec)} {ratio}",
+        UNDECIDED: f"the emulated disk's gap at 4 KiB and at {_size(rec)} cannot be told apart yet {ratio}"},
+        gap.est)
 
 
-def _r1_host_records(doc: Doc, quick: bool) -> Verdict:
+def _r1_host_records(doc: Doc, ctx: Ctx) -> Verdict:
     rec = _largest_record(doc)
-    r = _harmonic_ratio(doc, {"target": "host", "test": "write", "record": rec},  # fixed bytes per trial
-                        {"target": "host", "test": "write", "record": KIB4}, "kbps")
-    if not r.n:
+    m = _ratio(doc, ctx, {"target": "host", "test": "write", "record": rec},
+               {"target": "host", "test": "write", "record": KIB4}, "kbps")
+    if not m.est.n:
         return Verdict(UNTESTABLE, "–", "no host write trials at 4 KiB and at large records")
-    value = f"{_fmt(r, 1)}×"
+    value = f"{_fmt(m.est, 1)}×"
     words = f"host writes with {_size(rec)} records are {value} as fast as with 4 KiB records (R1: 4.4× at 4 MiB)"
-    if math.isfinite(r.lo) and r.lo >= 2:
-        return Verdict(HOLDS, value, words + ": fewer, larger requests", r.as_dict())
-    return Verdict(DIFFERS if math.isfinite(r.hi) and r.hi < 2 else UNTESTABLE, value, words, r.as_dict())
+    return _verdict([(m, Band(2.0))], value, {HOLDS: words + ": fewer, larger requests", DIFFERS: words,
+                                             UNDECIDED: words + ", an interval that straddles 2×"}, m.est)
 
 
 # -- R2: write modes and block size (study write-modes) ---------------------------------------------
-def _helper_mib_s(doc: Doc, mode: str, bs: int) -> list[float]:
-    """MiB/s of the helper (fixed work per trial: compared as harmonic means)."""
-    return _values(doc, {"kind": "writemode", "mode": mode, "bs": bs}, "throughput_mib_s")
+def _helper(mode: str, bs: int) -> dict[str, Any]:
+    return {"kind": "writemode", "mode": mode, "bs": bs}
 
 
-def _r2_block_size(doc: Doc, quick: bool) -> Verdict:
-    slow, fast = _helper_mib_s(doc, "o_sync", 512), _helper_mib_s(doc, "o_sync", 4096)
-    r = RunEstimator(doc).ratio_of("harmonic", fast, slow)   # how many times faster 4 KiB is than 512 B
-    if not r.n:
+def _r2_block_size(doc: Doc, ctx: Ctx) -> Verdict:
+    m = _ratio(doc, ctx, _helper("o_sync", 4096), _helper("o_sync", 512), "throughput_mib_s",
+               "O_SYNC 4 KiB / 512 B")  # how many times faster 4 KiB is than 512 B for the same data
+    if not m.est.n:
         return Verdict(UNTESTABLE, "–", "no o_sync trials at 512 B and 4 KiB")
-    calls = RunEstimator(doc).ratio(_values(doc, {"kind": "writemode", "mode": "o_sync", "bs": 4096}, "syscalls_per_s"),
-                     _values(doc, {"kind": "writemode", "mode": "o_sync", "bs": 512}, "syscalls_per_s"))
-    value = f"{_fmt(r, 1)}×"
+    calls = _ratio(doc, ctx, _helper("o_sync", 4096), _helper("o_sync", 512), "syscalls_per_s").est
+    value = f"{_fmt(m.est, 1)}×"
     why = (f"O_SYNC writes of 4 KiB are {value} as fast as 512 B for the same data (R2: 7.8×), with calls per "
            f"second changing only {_fmt(calls)}×: the time follows the number of calls")
-    if math.isfinite(r.lo) and r.lo >= 3:
-        return Verdict(HOLDS, value, why, r.as_dict())
-    if math.isfinite(r.hi) and r.hi < 3:
-        return Verdict(DIFFERS, value, why, r.as_dict())
-    return Verdict(UNTESTABLE, value, "too noisy to decide: " + why, r.as_dict())
+    return _verdict([(m, Band(3.0))], value, {HOLDS: why, DIFFERS: why + ", below 3×",
+                                             UNDECIDED: "the interval straddles 3×: " + why}, m.est)
 
 
-def _r2_knee(doc: Doc, quick: bool) -> Verdict:
-    f = doc.get("findings") or {}
-    knee = (f.get("knee") or {}).get("o_sync")
-    thr = (f.get("throughput") or {}).get("o_sync") or {}
-    if knee is None or not thr:
+def _knee_bounds(curve: dict[int, Estimate], frac: float) -> tuple[int, int]:
+    """[earliest, latest] block size the knee (the first size reaching `frac` of the best) can be at,
+    given every size's interval: a size surely reaches it when its lower end clears frac × the
+    highest upper end, surely not when its upper end stays below frac × the highest lower end."""
+    sizes = sorted(curve)
+    top_hi = max(curve[b].hi for b in sizes)
+    top_lo = max(curve[b].lo for b in sizes)
+    earliest = next((b for b in sizes if curve[b].hi >= frac * top_lo), sizes[-1])
+    latest = next((b for b in sizes if curve[b].lo >= frac * top_hi), sizes[-1])
+    return earliest, max(latest, earliest)
+
+
+def _r2_knee(doc: Doc, ctx: Ctx) -> Verdict:
+    sizes = sorted({int(t["params"]["_workload"]["bs"]) for t in _trials(doc, {"kind": "writemode", "mode": "o_sync"},
+                                                                          "throughput_mib_s")})
+    if not sizes:
         return Verdict(UNTESTABLE, "–", "no o_sync throughput curve")
-    sizes = sorted(int(b) for b in thr)
-    value = f"{_size(knee)} (grid {', '.join(_size(s) for s in sizes)})"
-    near = [s for s in sizes if 32 << 10 <= s <= 128 << 10]
-    if knee in near:
-        return Verdict(HOLDS, value, f"O_SYNC reaches 90 % of its best throughput from {_size(knee)} on, "
-                                     "as R2 saw at 64 KiB")
-    if not near:
+    frac = float((doc.get("findings") or {}).get("knee_fraction") or 0.9)
+    ms = {b: _one(doc, ctx, _helper("o_sync", b), "throughput_mib_s") for b in sizes}
+    curve = {b: m.est for b, m in ms.items()}
+    knee = min((b for b in sizes if curve[b].mean >= frac * max(c.mean for c in curve.values())), default=sizes[-1])
+    first, last = _knee_bounds(curve, frac)
+    value = f"{_size(knee)}, between {_size(first)} and {_size(last)} (grid {', '.join(_size(b) for b in sizes)})"
+    if not [b for b in sizes if 32 << 10 <= b <= 128 << 10]:
         return Verdict(UNTESTABLE, value, "the measured block sizes do not resolve 32–128 KiB (run the full study)")
-    at64 = thr.get(str(65536)) or thr.get(str(near[0]))
-    best = thr.get(str(knee))
-    growth = best["mean"] / at64["mean"] if at64 and best and at64.get("mean") else None
-    more = f"throughput still grew {growth:.1f}× from {_size(near[-1])} to {_size(knee)}" if growth else ""
-    side = "later" if knee > near[-1] else "earlier"
-    tail = f": {more}" if more and side == "later" else ""
-    return Verdict(DIFFERS, value, f"gains stop {side} here, at {_size(knee)}{tail}; "
-                                   "R2 says the threshold depends on device and OS (this is a scratch loop device)")
+    lo_ok, hi_ok = 32 << 10, 128 << 10
+    inside = lo_ok <= first and last <= hi_ok
+    outside = last < lo_ok or first > hi_ok
+    verdict = HOLDS if inside else DIFFERS if outside else UNDECIDED
+    decision = None
+    if verdict == UNDECIDED:
+        n = min(c.n for c in curve.values())
+        decision = Decision(None, ())
+        for k in range(1, max(PROJECT_MAX - n, 0) + 1):
+            f2, l2 = _knee_bounds({b: m.project(k) for b, m in ms.items()}, frac)
+            if lo_ok <= f2 and l2 <= hi_ok or l2 < lo_ok or f2 > hi_ok:
+                decision = Decision(k, tuple(f"bs={_size(b)}" for b in sizes))
+                break
+    side = "later" if first > hi_ok else "earlier"
+    reason = {HOLDS: f"O_SYNC reaches {frac:.0%} of its best throughput from {_size(knee)} on, as R2 saw at 64 KiB "
+                     f"(every size's interval puts the knee between {_size(first)} and {_size(last)})",
+              DIFFERS: f"gains stop {side} here, between {_size(first)} and {_size(last)}; R2 says the threshold "
+                       "depends on device and OS (this is a scratch loop device)",
+              UNDECIDED: f"the knee could lie anywhere from {_size(first)} to {_size(last)}, across the edge of "
+                         "32–128 KiB" + undecided_words(decision)}[verdict]
+    return Verdict(verdict, value, reason, None, len(sizes), decision)
 
 
 def _size(n: int) -> str:
@@ -251,52 +365,62 @@ def _causes(r: dict[str, Any]) -> str:
     return f" (per guest sync, qcow2 events: {', '.join(parts)})" if parts else ""
 
 
-def _r3_three(doc: Doc, quick: bool) -> Verdict:
-    plain, ext4 = _amp_row(doc, "qcow2", "append", "none"), _amp_row(doc, "qcow2", "append", "ext4")
-    rows = [r for r in (plain, ext4) if r and r.get("factor_host_syncs") is not None]
+def _factors(r: dict[str, Any] | None) -> list[float]:
+    """The row's host syncs per guest sync, one per trial (exact counts: no clock, no noise model)."""
+    return [float(v) for v in ((r or {}).get("factor_host_syncs_per_trial") or []) if isinstance(v, (int, float))]
+
+
+def _factor(doc: Doc, ctx: Ctx, r: dict[str, Any]) -> Measured:
+    vals, est = _factors(r), ctx.est(doc)
+    return Measured(f"fs={r['guest_fs']}", est.estimate(vals), lambda k: est.projected(vals, k),
+                    (f"qcow2 append fs={r['guest_fs']}",))
+
+
+def _r3_three(doc: Doc, ctx: Ctx) -> Verdict:
+    rows = [r for fs in ("none", "ext4") if (r := _amp_row(doc, "qcow2", "append", fs)) is not None and _factors(r)]
     if not rows:
-        return Verdict(UNTESTABLE, "–", "no qcow2 append row with host sync counts")
-    value = "; ".join(f"fs={r['guest_fs']}: {r['factor_host_syncs']:.2f}" for r in rows)
-    low = min(rows, key=lambda r: r["factor_host_syncs"])
-    if low["factor_host_syncs"] >= 2.95:
-        return Verdict(HOLDS, value, f"at least 3 host syncs per guest sync in every measured case{_causes(low)}; "
-                                     "counts hold under TCG")
-    return Verdict(DIFFERS, value, f"{low['factor_host_syncs']:.2f} host syncs per guest sync with fs="
-                                   f"{low['guest_fs']}{_causes(low)}: this QEMU orders a cluster allocation with "
-                                   "fewer syncs than R3's QEMU 2.1.2; counts hold under TCG")
+        return Verdict(UNTESTABLE, "–", "no qcow2 append row with host sync counts per trial")
+    ms = [(r, _factor(doc, ctx, r)) for r in rows]
+    value = "; ".join(f"{m.name}: {_fmt(m.est)}" for _, m in ms)
+    low_r, low = min(ms, key=lambda rm: rm[1].est.mean)
+    return _verdict([(m, Band(2.95)) for _, m in ms], value, {
+        HOLDS: f"at least 3 host syncs per guest sync in every measured case{_causes(low_r)}; counts hold under TCG",
+        DIFFERS: f"{low.est.mean:.2f} host syncs per guest sync with {low.name}{_causes(low_r)}: this QEMU orders a "
+                 "cluster allocation with fewer syncs than R3's QEMU 2.1.2; counts hold under TCG",
+        UNDECIDED: f"host syncs per guest sync straddle 2.95 ({value}){_causes(low_r)}"})
 
 
-def _r3_journal(doc: Doc, quick: bool) -> Verdict:
+def _r3_journal(doc: Doc, ctx: Ctx) -> Verdict:
     plain, ext4 = _amp_row(doc, "qcow2", "append", "none"), _amp_row(doc, "qcow2", "append", "ext4")
-    if not plain or not ext4 or not plain.get("factor_host_syncs") or ext4.get("factor_host_syncs") is None:
-        return Verdict(UNTESTABLE, "–", "needs qcow2 append with and without a guest ext4")
-    k = ext4["factor_host_syncs"] / plain["factor_host_syncs"]
-    value = f"{k:.2f}× ({ext4['factor_host_syncs']:.2f} / {plain['factor_host_syncs']:.2f})"
-    g = ext4.get("guest_flushes") or 0
-    gs = ext4.get("guest_fdatasync") or 0
+    if not _factors(plain) or not _factors(ext4):
+        return Verdict(UNTESTABLE, "–", "needs qcow2 append with and without a guest ext4, with counts per trial")
+    assert plain is not None and ext4 is not None
+    m = _ratio_of(_factor(doc, ctx, ext4), _factor(doc, ctx, plain), "ext4 / none")
+    value = f"{_fmt(m.est)}× ({_fmt(_factor(doc, ctx, ext4).est)} / {_fmt(_factor(doc, ctx, plain).est)})"
+    g, gs = ext4.get("guest_flushes") or 0, ext4.get("guest_fdatasync") or 0
     flushes = f"; the guest's block layer sent {g / gs:.2f} flushes per fdatasync with ext4" if gs else ""
-    if 1.8 <= k <= 2.2:
-        return Verdict(HOLDS, value, f"the guest ext4 journal multiplies the host syncs by {value}{flushes}")
-    return Verdict(DIFFERS, value, f"the guest ext4 journal multiplies the host syncs by {value}, not 2{flushes}")
+    words = f"the guest ext4 journal multiplies the host syncs by {value}{flushes}"
+    return _verdict([(m, Band(1.8, 2.2))], value, {HOLDS: words, DIFFERS: words + ", not 2",
+                                                  UNDECIDED: words + ": an interval straddling 1.8–2.2"}, m.est)
 
 
-def _r3_cost(apps: tuple[str, ...]) -> Callable[[Doc, bool], Verdict]:
-    """R3's cost findings from the study's cost section: each named application on raw (no
-    ordering syncs: R3's barrier in the strongest form) against default qcow2, read with the
-    section's family interval. All hold -> holds; any differs -> differs; else not testable."""
-    def evaluate(doc: Doc, quick: bool) -> Verdict:
-        cost = (doc.get("findings") or {}).get("cost") or {}
-        rows = [a for a in cost.get("against_r3") or [] if a["app"] in apps and a["configuration"] == "raw"]
+def _r3_cost(apps: tuple[str, ...]) -> Callable[[Doc, Ctx], Verdict]:
+    """R3's cost findings: each named application on raw (no ordering syncs: R3's barrier in the
+    strongest form) against default qcow2, recomputed from the trials at the page's family level."""
+    def evaluate(doc: Doc, ctx: Ctx) -> Verdict:
+        tcg = _accel(doc) == "tcg"
+        rows = [a for a in verdict_rows(doc, tcg, ctx.family) if a["app"] in apps and a["configuration"] == "raw"]
         if not rows:
             return Verdict(UNTESTABLE, "–", "this run had no cost section for " + ", ".join(apps))
         value = "; ".join(f"{a['r3_name']} {gain_text(a['measured'])}" for a in rows)
-        said = {a["verdict"] for a in rows}
         reason = "; ".join(f"{a['r3_name']} (R3 {a['r3_gain_pct']:+.1f} %): {a['reason']}" for a in rows)
-        if said == {"holds"}:
-            return Verdict(HOLDS, value, reason, rows[0]["measured"] if len(rows) == 1 else None)
-        if "differs" in said:
-            return Verdict(DIFFERS, value, reason)
-        return Verdict(UNTESTABLE, value, ("too noisy to decide: " if "undecided" in said else "") + reason)
+        if tcg:
+            return Verdict(UNTESTABLE, value, reason)
+        said = combine(a["verdict"] for a in rows)
+        decide = [a["decide"] for a in rows if a.get("decide")]
+        decision = max(decide, key=lambda d: (d.more is None, d.more or 0)) if decide and said == UNDECIDED else None
+        return Verdict(said, value, reason + (undecided_words(decision) if decision else ""),
+                       rows[0]["measured"] if len(rows) == 1 else None, len(rows), decision)
     return evaluate
 
 
@@ -304,61 +428,95 @@ def _r3_cost(apps: tuple[str, ...]) -> Callable[[Doc, bool], Verdict]:
 R4_RATIOS = {"200": 2.03, "400": 4.08, "800": 8.12}
 
 
-def _r4_four(doc: Doc, quick: bool) -> Verdict:
+def _groups(doc: Doc, ctx: Ctx, ctrl: str, n: int | None, tenant: str, metric: str) -> Measured:
+    where: dict[str, Any] = {"kind": "fio-groups", "controller": ctrl, "tenant": tenant}
+    if n is not None:
+        where["groups"] = n
+    ts = [t for t in _trials(doc, where, metric) if t["params"].get("workload", "sweep") == "sweep"
+          or tenant != "off"]
+    vals, est = [float(t["metrics"][metric]) for t in ts], ctx.est(doc)
+    label = f"{ctrl} N={n}" if n is not None else f"{ctrl} beside the application"
+    return Measured(f"{label} {metric}", est.estimate(vals), lambda k: est.projected(vals, k), (label,))
+
+
+def _class_ratios(doc: Doc, ctx: Ctx, ctrl: str, n: int | None, tenant: str) -> list[tuple[Measured, Band]]:
+    tol = float((doc.get("findings") or {}).get("ratio_tolerance", 0.15))
+    out = [(_groups(doc, ctx, ctrl, n, tenant, f"ratio_{c}"), Band(pub * (1 - tol), pub * (1 + tol)))
+           for c, pub in R4_RATIOS.items()]
+    return [(m, b) for m, b in out if m.est.n]
+
+
+def _ratios_text(items: list[tuple[Measured, Band]]) -> str:
+    return "1 : " + " : ".join(_fmt(m.est) for m, _ in items)
+
+
+def _r4_four(doc: Doc, ctx: Ctx) -> Verdict:
     f = doc.get("findings") or {}
-    four = (f.get("by_groups") or {}).get("4")
-    if not four:
+    ctrl = f.get("controller")
+    items = _class_ratios(doc, ctx, str(ctrl), 4, "off") if ctrl else []
+    if len(items) < len(R4_RATIOS):
         return Verdict(UNTESTABLE, "–", "no 4-group trials under a weight-enforcing controller"
                        + (f" (controller active: {f.get('controller_active')})" if f else ""))
-    cr = four["class_ratio"]
-    value = "1 : " + " : ".join(_fmt(cr[c]) for c in ("200", "400", "800"))
-    tol = f.get("ratio_tolerance", 0.15)
-    bad = [c for c, pub in R4_RATIOS.items()
-           if cr[c].get("ci95") and cr[c]["ci95"][0] is not None
-           and not (cr[c]["ci95"][0] <= pub * (1 + tol) and cr[c]["ci95"][1] >= pub * (1 - tol))]
-    ctrl = f.get("controller")
-    if not bad:
-        return Verdict(HOLDS, value, f"under {ctrl} every weight class is within ±{tol:.0%} of R4's ratio")
-    return Verdict(DIFFERS, value, f"under {ctrl} weight class(es) {', '.join(bad)} lie outside ±{tol:.0%} of "
-                                   f"R4's ratios" + _flags_words(four))
+    value = _ratios_text(items)
+    tol = float(f.get("ratio_tolerance", 0.15))
+    four = (f.get("by_groups") or {}).get("4") or {}
+    off = [m.name.split()[-1].removeprefix("ratio_") for m, b in items if b.decide(m.est.lo, m.est.hi) == DIFFERS]
+    return _verdict(items, value, {
+        HOLDS: f"under {ctrl} every weight class is within ±{tol:.0%} of R4's ratio",
+        DIFFERS: f"under {ctrl} weight class(es) {', '.join(off)} lie outside ±{tol:.0%} of R4's ratios"
+                 + _flags_words(four),
+        UNDECIDED: f"under {ctrl} a class ratio's interval straddles R4's ratio ±{tol:.0%}"})
 
 
 def _flags_words(v: dict[str, Any]) -> str:
     return f" — flagged: {'; '.join(v['flag_details'])}" if v.get("flag_details") else ""
 
 
-def _r4_beside_app(doc: Doc, quick: bool) -> Verdict:
+def _r4_beside_app(doc: Doc, ctx: Ctx) -> Verdict:
     f = doc.get("findings") or {}
-    tenant = (f.get("tenant") or {}).get(f.get("controller") or "", None)
-    if not tenant or not tenant.get("groups_beside"):
+    ctrl = f.get("controller") or ""
+    tenant = (f.get("tenant") or {}) if isinstance(f.get("tenant"), dict) else {}
+    items = _class_ratios(doc, ctx, ctrl, None, "beside") if ctrl else []
+    if not items:
         return Verdict(UNTESTABLE, "–", "this run had no application beside the groups"
-                       + (" (the --quick study leaves the tenant out)" if quick else ""))
-    g = tenant["groups_beside"]
-    value = "1 : " + " : ".join(_fmt(g["class_ratio"][c]) for c in ("200", "400", "800"))
+                       + (" (the --quick study leaves the tenant out)" if ctx.quick else ""))
+    value = _ratios_text(items)
     # the findings' headline tenant is YCSB whenever the run had it; runs before the choice ran db_bench
     app = ("YCSB workload A on RocksDB, as R4" if tenant.get("app") == "ycsb"
            else "RocksDB db_bench (R4 used YCSB workload A on RocksDB)")
-    own = (tenant.get("beside") or {})
+    own = tenant.get("beside") or {}
     ops, p99 = (own.get("tenant_ops_s") or {}).get("mean"), (own.get("tenant_read_p99_us") or {}).get("mean")
     if tenant.get("app") == "ycsb" and ops is not None and p99 is not None:
         app += f" ({ops:,.0f} ops/s, read p99 {p99:,.0f} µs here; R4: 8,412.8 ops/s, 271 µs on its SATA SSD)"
-    if g["ratios_hold"]:
-        return Verdict(HOLDS, value, f"the four groups keep {value} beside {app}")
-    return Verdict(DIFFERS, value, f"beside {app} the four groups split {value}")
+    return _verdict(items, value, {HOLDS: f"the four groups keep {value} beside {app}",
+                                   DIFFERS: f"beside {app} the four groups split {value}",
+                                   UNDECIDED: f"beside {app} the four groups split {value}: an interval straddles "
+                                              "R4's ratio ±15 %"})
 
 
-def _r4_upto16(doc: Doc, quick: bool) -> Verdict:
-    by = (doc.get("findings") or {}).get("by_groups") or {}
-    ns = [n for n in ("8", "16") if n in by]
+def _break_items(doc: Doc, ctx: Ctx, ns: list[int], broken_at: int | None) -> list[tuple[Measured, Band]]:
+    """Each N's worst share error against log2(1.5): below it for N < broken_at, above it at broken_at."""
+    ctrl = str((doc.get("findings") or {}).get("controller"))
+    return [(_groups(doc, ctx, ctrl, n, "off", "max_abs_log2_error"),
+             Band(BREAK_LOG2) if n == broken_at else Band(-math.inf, BREAK_LOG2)) for n in ns]
+
+
+def _measured_ns(doc: Doc) -> list[int]:
+    return sorted(int(n) for n in ((doc.get("findings") or {}).get("by_groups") or {}))
+
+
+def _r4_upto16(doc: Doc, ctx: Ctx) -> Verdict:
+    ns = [n for n in (8, 16) if n in _measured_ns(doc)]
     if len(ns) < 2:
         return Verdict(UNTESTABLE, "–", "this run did not measure 8 and 16 groups"
-                       + (" (the --quick study runs N = 4 only)" if quick else ""))
-    value = "; ".join(f"N={n}: worst share error {_fmt(by[n]['max_abs_log2_error'])} (log2)" for n in ns)
-    broken = [n for n in ns if by[n]["broken"]]
-    if not broken:
-        return Verdict(HOLDS, value, f"proportional sharing held at N = 8 and 16 ({value})")
+                       + (" (the --quick study runs N = 4 only)" if ctx.quick else ""))
+    items = _break_items(doc, ctx, ns, None)
+    value = "; ".join(f"N={n}: worst share error {_fmt(m.est)} (log2)" for n, (m, _) in zip(ns, items, strict=True))
+    broken = [str(n) for n, (m, b) in zip(ns, items, strict=True) if b.decide(m.est.lo, m.est.hi) == DIFFERS]
     sig = (doc.get("findings") or {}).get("breakdown_signals") or {}
-    return Verdict(DIFFERS, value, f"sharing broke already at N = {', '.join(broken)}{_signals_words(sig)}")
+    return _verdict(items, value, {HOLDS: f"proportional sharing held at N = 8 and 16 ({value})",
+                                   DIFFERS: f"sharing broke already at N = {', '.join(broken)}{_signals_words(sig)}",
+                                   UNDECIDED: f"an error interval straddles log2(1.5) ({value})"})
 
 
 def _signals_words(sig: dict[str, Any]) -> str:
@@ -372,53 +530,58 @@ def _signals_words(sig: dict[str, Any]) -> str:
     return f": {'; '.join(parts)}" if parts else ""
 
 
-def _r4_breaks32(doc: Doc, quick: bool) -> Verdict:
+def _r4_breaks32(doc: Doc, ctx: Ctx) -> Verdict:
     f = doc.get("findings") or {}
-    by = f.get("by_groups") or {}
-    if not any(int(n) >= 32 for n in by):
+    ns = [n for n in _measured_ns(doc) if n <= 32]
+    if 32 not in ns:
         return Verdict(UNTESTABLE, "–", "this run did not reach 32 groups"
-                       + (" (the --quick study runs N = 4 only)" if quick else ""))
+                       + (" (the --quick study runs N = 4 only)" if ctx.quick else ""))
+    items = _break_items(doc, ctx, ns, 32)
     n, bracket = f.get("breakdown_n"), f.get("breakdown_bracket")
     value = f"breaks at N = {n}" if n else "did not break"
     sig = _signals_words(f.get("breakdown_signals") or {})
-    if n == 32:
-        return Verdict(HOLDS, value, f"sharing breaks first at 32 groups (bracket {bracket}){sig}")
-    return Verdict(DIFFERS, value, (f"sharing breaks first at N = {n} (bracket {bracket}){sig}" if n else
-                                    f"sharing held up to N = {max(int(k) for k in by)}"))
+    early = [str(k) for k, (m, b) in zip(ns, items, strict=True) if k < 32 and b.decide(m.est.lo, m.est.hi) == DIFFERS]
+    return _verdict(items, value, {
+        HOLDS: f"sharing breaks first at 32 groups (bracket {bracket}){sig}",
+        DIFFERS: (f"sharing breaks already at N = {', '.join(early)} (bracket {bracket}){sig}" if early else
+                  f"sharing held at N = 32 (bracket {bracket})"),
+        UNDECIDED: f"the share error's intervals do not place the break at 32 yet (bracket {bracket}){sig}"})
 
 
 # -- R5: two VM modes (study vm-profile) ------------------------------------------------------------
-def _profile_ratio(doc: Doc, metric: str) -> Estimate:
+def _profile_ratio(doc: Doc, ctx: Ctx, metric: str) -> Measured:
     v = collect(doc)
-    return RunEstimator(doc).ratio(v.get("encrypted", {}).get(metric, []), v.get("performance", {}).get(metric, []))
+    enc, perf = v.get("encrypted", {}).get(metric, []), v.get("performance", {}).get(metric, [])
+    est = ctx.est(doc)
+    return Measured(metric.split("_", 1)[1], est.ratio(enc, perf), lambda k: est.projected_ratio(enc, perf, k),
+                    (f"encrypted {metric}", f"performance {metric}"))
 
 
-def _r5_part(part: str, metrics: tuple[str, ...]) -> Callable[[Doc, bool], Verdict]:
-    def evaluate(doc: Doc, quick: bool) -> Verdict:
-        ests = {m: _profile_ratio(doc, m) for m in metrics}
-        ests = {m: e for m, e in ests.items() if e.n}
-        if not ests:
+def _r5_part(part: str, metrics: tuple[str, ...]) -> Callable[[Doc, Ctx], Verdict]:
+    def evaluate(doc: Doc, ctx: Ctx) -> Verdict:
+        ms = [m for m in (_profile_ratio(doc, ctx, k) for k in metrics) if m.est.n]
+        if not ms:
             return Verdict(UNTESTABLE, "–", f"no {part} trials for both profiles")
-        value = "; ".join(f"{m.split('_', 1)[1]} {_fmt(e)}" for m, e in ests.items())
+        value = "; ".join(f"{m.name} {_fmt(m.est)}" for m in ms)
         tcg = _accel(doc) == "tcg"
         if part == "memory":
             return Verdict(UNTESTABLE, value, "R5's balanced mode signed memory; QEMU has no such mode, "
                                               "so iolab's encrypted profile changes the disk only "
                                               f"(encrypted/performance: {value})")
         if part == "cpu":
-            equal = all(_overlaps(e, 0.95, 1.05) for e in ests.values())
             words = f"encrypted/performance: {value}" + (" (both guests under TCG)" if tcg else "")
-            return Verdict(HOLDS if equal else DIFFERS, value,
-                           ("CPU speed is the same in both profiles within ±5 %: " if equal else
-                            "CPU speed differs between the profiles: ") + words)
-        lower = [e for e in ests.values() if math.isfinite(e.hi) and e.hi < 1]
-        if len(lower) == len(ests):
-            return Verdict(HOLDS, value, f"every disk pattern is slower on the encrypted disk ({value})"
-                           + ("; under TCG the penalty is a lower bound (emulation dilutes it)" if tcg else ""))
+            return _verdict([(m, Band(0.95, 1.05)) for m in ms], value, {
+                HOLDS: "CPU speed is the same in both profiles within ±5 % (equivalence: every interval inside "
+                       "0.95–1.05): " + words,
+                DIFFERS: "CPU speed differs between the profiles by more than 5 %: " + words,
+                UNDECIDED: "not shown equal within ±5 %, nor shown different: " + words})
         if tcg:
             return Verdict(UNTESTABLE, value, "under TCG the emulated guest I/O path dominates each request, so "
                                               f"the encryption cost is diluted ({value}); needs KVM")
-        return Verdict(DIFFERS, value, f"not every disk pattern is slower encrypted ({value})")
+        return _verdict([(m, Band(-math.inf, 1.0)) for m in ms], value, {
+            HOLDS: f"every disk pattern is slower on the encrypted disk ({value})",
+            DIFFERS: f"a disk pattern is faster on the encrypted disk ({value})",
+            UNDECIDED: f"not every disk pattern is shown slower encrypted ({value})"})
     return evaluate
 
 
@@ -428,65 +591,88 @@ DISK = ("disk_randread_iops", "disk_randwrite_iops", "disk_read_iops", "disk_wri
 
 CLAIMS: list[Claim] = [
     Claim("R1-virtio-80", "R1", "virtio", "virtio-blk reaches about 80 % of the host",
-          "guest/host KB/s at the largest record, write and read: every 95 % CI meets 0.70–0.90",
-          _r1_band("virtio-blk", 0.70, 0.90, "0.70–0.90")),
+          "guest/host KB/s at the largest record, write and read: every interval inside 0.70–0.90",
+          _r1_band("virtio-blk", Band(0.70, 0.90))),
     Claim("R1-emulated-53", "R1", "virtio", "the emulated disk (IDE) reaches 53–55 % of the host at large records",
-          "ide/host KB/s at the largest record, write and read: every 95 % CI meets 0.45–0.65",
-          _r1_band("ide", 0.45, 0.65, "0.45–0.65")),
+          "ide/host KB/s at the largest record, write and read: every interval inside 0.45–0.65",
+          _r1_band("ide", Band(0.45, 0.65))),
     Claim("R1-gap-small-records", "R1", "virtio", "the smaller the record, the wider the gap",
-          "ide/host write ratio: the 4k CI lies wholly below the large-record CI", _r1_gap),
+          "ide/host write ratio at 4 KiB over at the largest record: interval wholly below 1", _r1_gap),
     Claim("R1-host-records", "R1", "virtio", "on the host, 4 MiB records write several times faster than 4 KiB "
-          "(R1: 4.4×)", "host write KB/s large/4k: CI lower bound ≥ 2", _r1_host_records),
+          "(R1: 4.4×)", "host write KB/s largest record / 4 KiB: interval wholly at or above 2", _r1_host_records),
     Claim("R2-block-size", "R2", "write-modes", "larger blocks are much faster: fewer system calls for the same "
-          "data (512 B took 7.8× as long as 4 KiB)", "O_SYNC 4 KiB vs 512 B speed-up: CI lower bound ≥ 3",
+          "data (512 B took 7.8× as long as 4 KiB)", "O_SYNC 4 KiB vs 512 B speed-up: interval wholly at or above 3",
           _r2_block_size),
     Claim("R2-knee-64k", "R2", "write-modes", "gains stop at 64 KiB (a threshold that depends on device and OS)",
-          "the O_SYNC knee (90 % of the best throughput) lies in 32–128 KiB", _r2_knee),
+          "the O_SYNC knee (90 % of the best throughput), placed by every size's interval, lies in 32–128 KiB",
+          _r2_knee),
     Claim("R3-three-syncs", "R3", "sync-amplification", "one guest fdatasync costs at least 3 host fdatasync "
-          "on qcow2", "host syncs per guest sync on a fresh qcow2 when appending ≥ 2.95 (counts)", _r3_three),
+          "on qcow2", "host syncs per guest sync on a fresh qcow2 when appending: interval wholly at or above 2.95 "
+          "(counts)", _r3_three),
     Claim("R3-journal-doubles", "R3", "sync-amplification", "journaling in the guest filesystem doubles it",
-          "qcow2 append host syncs per guest sync, with ext4 / without: 1.8–2.2", _r3_journal),
+          "qcow2 append host syncs per guest sync, with ext4 / without: interval inside 1.8–2.2", _r3_journal),
     Claim("R3-cost-dd-append", "R3", "sync-amplification", "cheaper ordering speeds dd append up by 81.1 %",
-          "dd append (64 KiB O_DSYNC) on raw vs default qcow2, guest ext4: simultaneous CI wholly >= +20 %",
+          "dd append (64 KiB O_DSYNC) on raw vs default qcow2, guest ext4: interval wholly at or above +20 %",
           _r3_cost(("dd-append",))),
     Claim("R3-cost-small", "R3", "sync-amplification", "for the other applications the gain is small: dd "
           "overwrite +4.5 %, Mobibench append +4.7 % and overwrite −2.7 %, varmail +9.2 %, YCSB insert +3.3 % and "
-          "update +0.6 %", "raw vs default qcow2, guest ext4: every simultaneous CI within x1.2 either way",
+          "update +0.6 %", "raw vs default qcow2, guest ext4: every interval inside ×1.2 either way",
           _r3_cost(("dd-overwrite", "mobibench-append", "mobibench-overwrite", "varmail", "ycsb-insert",
                     "ycsb-update"))),
     Claim("R4-four-groups", "R4", "cgroup-weights", "weights 100/200/400/800 split the disk 1 : 2.03 : 4.08 : 8.12",
-          "at N = 4 every class ratio's 95 % CI meets R4's ratio ±15 %", _r4_four),
+          "at N = 4 every class ratio's interval inside R4's ratio ±15 %", _r4_four),
     Claim("R4-beside-app", "R4", "cgroup-weights", "the split holds with YCSB-RocksDB running beside the groups",
-          "class ratios beside the application hold (±15 %)", _r4_beside_app),
+          "class ratios beside the application: every interval inside R4's ratio ±15 %", _r4_beside_app),
     Claim("R4-holds-16", "R4", "cgroup-weights", "the ratios hold for 4, 8 and 16 groups",
-          "worst share error below log2(1.5) at N = 8 and 16", _r4_upto16),
+          "worst share error at N = 8 and 16: every interval below log2(1.5)", _r4_upto16),
     Claim("R4-breaks-32", "R4", "cgroup-weights", "the ratios break down from 32 groups on",
-          "the first N whose worst share error exceeds log2(1.5) is 32", _r4_breaks32),
+          "worst share error: every interval below log2(1.5) for N < 32, wholly above it at N = 32", _r4_breaks32),
     Claim("R5-cpu-equal", "R5", "vm-profile", "CPU performance is equal in both modes",
-          "encrypted/performance CPU scores: every CI meets 0.95–1.05", _r5_part("cpu", CPU)),
+          "encrypted/performance CPU scores: every interval inside 0.95–1.05 (equivalence)", _r5_part("cpu", CPU)),
     Claim("R5-memory-better", "R5", "vm-profile", "memory bandwidth is better without encryption (signing)",
           "encrypted/performance STREAM bandwidth below 1", _r5_part("memory", MEMORY)),
     Claim("R5-disk-better", "R5", "vm-profile", "disk IOPS are better without encryption",
-          "encrypted/performance IOPS: every CI below 1", _r5_part("disk", DISK)),
+          "encrypted/performance IOPS: every interval wholly below 1", _r5_part("disk", DISK)),
 ]
 
 
+def with_findings(doc: Doc | None, study: str) -> Doc | None:
+    """`doc` with its study's findings, computed from its trials when it has none (a runner between
+    rounds holds trials, not a report): verdicts are a function of stored trials alone."""
+    if doc is None or doc.get("findings"):
+        return doc
+    return {**doc, "findings": builtin.get(study).analyze(doc)}
+
+
 def evaluate(children: dict[str, Doc], quick: bool) -> list[dict[str, Any]]:
-    """One row per claim: the claim, this machine's value, the verdict and the reason."""
+    """One row per claim: the claim, this machine's value, the verdict and the reason, every testable
+    claim decided with the page's family of intervals (module docstring). `children`: each study's
+    results document (`iolab report RUN --format json`, or the store's trials between rounds)."""
+    children = {name: d for name, d in ((n, with_findings(c, n)) for n, c in children.items()) if d is not None}
+    first = {c.id: _not_run(children.get(c.study), c.study) or _safe(c, children.get(c.study), Ctx(quick))
+             for c in CLAIMS}
+    family = max(sum(v.intervals for v in first.values() if v.verdict != UNTESTABLE), 1)
     rows = []
     for c in CLAIMS:
         doc = children.get(c.study)
-        v = _not_run(doc, c.study) or _safe(c, doc, quick)
+        v = first[c.id] if first[c.id].verdict == UNTESTABLE else _safe(c, doc, Ctx(quick, family))
         rows.append({"id": c.id, "reference": c.reference, "study": c.study, "claim": c.text, "rule": c.rule,
                      **v.as_dict(), "run_id": doc.get("run_id") if doc else None})
     return rows
 
 
-def _safe(c: Claim, doc: Doc | None, quick: bool) -> Verdict:
+def family_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the page says about its family: how many verdicts and intervals, at which level each."""
+    tested = [r for r in rows if r["verdict"] != UNTESTABLE]
+    m = max(sum(r.get("intervals") or 0 for r in tested), 1)
+    return {"verdicts": len(tested), "intervals": m, "alpha": ALPHA, "per_interval": ALPHA / m,
+            "method": "Bonferroni over the intervals behind every testable verdict, on top of each interval's "
+                      "adaptive-stopping design"}
+
+
+def _safe(c: Claim, doc: Doc | None, ctx: Ctx) -> Verdict:
     assert doc is not None
     try:
-        return c.evaluate(doc, quick)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:  # a malformed stored doc: say so
+        return c.evaluate(doc, ctx)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:  # a malformed doc: say so
         return Verdict(UNTESTABLE, "–", f"could not evaluate from the stored results ({type(exc).__name__}: {exc})")
-
-

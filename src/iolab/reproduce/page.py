@@ -15,8 +15,9 @@ from iolab.report.model import Link, Note, Section, Table, Tag, Tone
 from iolab.reproduce import claims
 from iolab.reproduce.plan import REFERENCES
 
-VERDICT_ORDER = (claims.HOLDS, claims.DIFFERS, claims.UNTESTABLE)
-TONES: dict[str, Tone] = {claims.HOLDS: "good", claims.DIFFERS: "bad", claims.UNTESTABLE: "neutral"}
+VERDICT_ORDER = (claims.HOLDS, claims.DIFFERS, claims.UNDECIDED, claims.UNTESTABLE)
+TONES: dict[str, Tone] = {claims.HOLDS: "good", claims.DIFFERS: "bad", claims.UNDECIDED: "warn",
+                          claims.UNTESTABLE: "neutral"}
 
 
 def analyze(doc: dict[str, Any]) -> dict[str, Any]:
@@ -25,13 +26,16 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
     rows = claims.evaluate(children, quick)
     counts = Counter(r["verdict"] for r in rows)
     return {"quick": quick, "claims": rows, "counts": {v: counts.get(v, 0) for v in VERDICT_ORDER},
+            "family": claims.family_of(rows),
             "studies": {name: {k: v for k, v in c.items() if k != "doc"}
                         for name, c in (doc.get("children") or {}).items()}}
 
 
 def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Section]]:
     counts = f["counts"]
-    summary = [f"{len(f['claims'])} published claims: " + ", ".join(f"{counts[v]} {v}" for v in VERDICT_ORDER)]
+    fam = f.get("family") or claims.family_of(f["claims"])
+    summary = [f"{len(f['claims'])} published claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_ORDER),
+               family_words(fam)]
     summary += [f"{r['id']} {r['verdict']}: {r['reason']}" for r in f["claims"] if r["verdict"] == claims.DIFFERS]
     base = doc.get("report_dir")
     sections = []
@@ -42,7 +46,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
         child = f["studies"].get(study) or {}
         link = _link(child, base)
         table = Table("Published claims and this machine", ["claim", "this machine", "verdict", "why",
-                                                            "rule for 'holds'"],
+                                                            "rule"],
                       [[r["claim"], r["value"], Tag(r["verdict"], TONES[r["verdict"]]), r["reason"], r["rule"]]
                        for r in rows])
         blocks: list[Any] = [table]
@@ -55,12 +59,26 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     sections.append(Section("Study runs", [Table("The studies this reproduction ran",
                                                  ["study", "run (its full report)", "status", "trials ok"], studies)],
                             intro="Each study has its own full report with every number, chart and trial."))
+    sections.insert(0, Section("How the verdicts are decided", [Note(family_words(fam), "info")], intro=(
+        "holds: every interval the claim reads lies inside its band (or beyond its threshold; for a claim of "
+        "equality, an equivalence test); differs: an interval lies wholly outside it; undecided: an interval "
+        "straddles an edge, and the reason says how many more repetitions would likely decide it; not testable "
+        "here: this machine or this run cannot answer it. An interval that merely touches a band decides "
+        "nothing (docs/reproduce.md).")))
     if f["quick"]:
         sections.insert(0, Section("Quick reproduction", [Note(
             "This is `iolab reproduce --quick`: reduced matrices, so claims that need the full matrix (more groups, "
             "the application beside the groups, every record size) are 'not testable here'. Run `iolab reproduce` "
             "for all of them.", "warn")]))
     return summary, sections
+
+
+def family_words(fam: dict[str, Any]) -> str:
+    """The page's error control, in one sentence (shown on the page and in the summary)."""
+    return (f"The {fam['verdicts']} testable verdicts are one family: the {fam['intervals']} intervals behind them are "
+            f"each computed at 1/{fam['intervals']} of their design's tail (Bonferroni), so the chance that any "
+            f"holds or differs on this page is wrong is at most {fam['alpha']:.0%}; undecided and not testable "
+            "verdicts claim nothing.")
 
 
 def _link(child: dict[str, Any], base: str | None) -> Link | None:

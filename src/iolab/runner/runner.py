@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.trial import TrialCgroup
@@ -88,6 +89,9 @@ class Runner:
         self.run_id = ""
         self.reporter: Reporter = reporter_for(self.console)
         self.problems: list[dict[str, str]] = []  # teardown errors of this session (extra.problems)
+        if store is not None:  # what the store does on its own (results kept in its spool, written later);
+            reporter = self.reporter  # only the reporter: a study hook reaches the store, never the runner
+            store.notify = lambda text: reporter.message(f"[yellow]{escape(text)}[/yellow]")
 
     # -- planning ------------------------------------------------------------
     def instantiate(self) -> None:
@@ -106,9 +110,8 @@ class Runner:
         return self.spec.settings.metric or self.workloads[c.id].main_metric
 
     def stop_rule(self, c: Config) -> plan.StopRule:
-        """The stopping rule for c: its main metric's declared aggregation decides the interval."""
-        decl = metrics.for_workload(c.workload).get(self.main_metric(c))
-        return plan.StopRule.of(self.spec.settings, decl.aggregate if decl else "mean")
+        """The stopping rule for c: its main metric's declaration (range) decides the interval."""
+        return plan.StopRule.of(self.spec.settings, metrics.for_workload(c.workload).get(self.main_metric(c)))
 
     def timeout_for(self, c: Config, time_factor: float = 1.0) -> float:
         """The spec's trial_timeout, else 3x the workload's estimate (stretched by the placement's
@@ -126,8 +129,8 @@ class Runner:
         n = len(self.spec.configs)
         lines = [f"study {s.name}: {n} configuration(s) x {s.repetitions}..{s.max_repetitions} repetitions "
                  f"= {n * s.repetitions}..{n * s.max_repetitions} trials",
-                 f"adaptive stop: 95% CI half-width of the main metric <= {s.ci_target:.0%} of its mean "
-                 f"(interval simultaneous over looks {s.repetitions}..{s.max_repetitions}, docs/statistics.md); "
+                 f"adaptive stop: 95% interval of the main metric within ±{s.ci_target:.0%} of its median and no "
+                 f"run-order check tripped (looks {s.repetitions}..{s.max_repetitions}, docs/statistics.md); "
                  f"failed attempts do not count, a configuration is abandoned after "
                  f"{plan.MAX_FAILURES_WITHOUT_SUCCESS} failures with no success or {s.max_repetitions} failures",
                  f"estimated time: {_fmt_s(self.estimate_seconds())} at {s.repetitions} repetitions "
@@ -135,8 +138,9 @@ class Runner:
                  f"order: {s.order}", "will create or touch:"]
         for t in self.targets.values():
             lines += [f"  - {line}" for line in t.describe()]
+            lines.append(f"  - {t.kind}: {t.offer(t.params).summary()}")
         # what a workload itself touches (a device a job file writes, the tenant's database)
-        lines += sorted({f"  - {line}" for w in self.workloads.values() for line in getattr(w, "touches", list)()})
+        lines += sorted({f"  - {line}" for w in self.workloads.values() for line in w.touches()})
         lines.append("configurations:")
         for c in self.spec.configs:
             label = ", ".join(f"{k}={v}" for k, v in c.labels.items()) or "(single)"

@@ -20,17 +20,28 @@ this module and the registry, never a backend. What a backend must guarantee:
 * **Opening checks, creating nothing** (`check_target`, `exists`): `--dry-run` and the read
   commands never create a store; a place that cannot hold one is an InputError (exit 2)
   naming the option and the place.
+* **Readers write nothing** (`open(..., read_only=True)`): no migration, no spool flush, so a
+  role that may only read (and an older store, and a compatible newer one) is read as it is.
+* **Whose run it is** (`put_run`): every run records its owner, the database role that wrote it
+  and the host it was made on; a run of another origin is replaced only when forced, and what
+  it replaced stays in the store's history tables.
+* **Nothing finished is lost** (PostgreSQL): a write the server cannot take now is kept in the
+  local spool (store/spool.py) and written later, in order, once.
 """
 
 from __future__ import annotations
 
+import socket
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from iolab.core import owner as owners
-from iolab.core.errors import IolabError
+from iolab.core.errors import IolabError, RefusedError
 from iolab.core.model import TrialResult
+from iolab.store.schema import Stored
+from iolab.store.spool import Flushed
 
 
 @dataclass
@@ -47,6 +58,27 @@ class RunRecord:
     updated: float
     environment: dict[str, Any]
     extra: dict[str, Any]
+    owner_role: str | None = None  # the database role that wrote it (None: SQLite, or stored before owners)
+    owner_host: str | None = None  # the host it was made on
+
+    @property
+    def origin(self) -> str:
+        """'role@host', for messages and `iolab runs`."""
+        return f"{self.owner_role or '-'}@{self.owner_host or '?'}"
+
+
+class OriginConflict(RefusedError):
+    """`put_run` of a run whose id the target holds from another origin (role or host), unforced."""
+
+    def __init__(self, location: str, run_id: str, theirs: str, ours: str):
+        self.theirs = theirs
+        super().__init__(f"{location} holds run {run_id} from {theirs}, not {ours}: iolab never replaces another "
+                         "origin's run unless told to (--force keeps the replaced run in the store's history)")
+
+
+def this_host() -> str:
+    """The host a run made here records as its origin."""
+    return socket.gethostname()
 
 
 class Store(ABC):
@@ -54,6 +86,9 @@ class Store(ABC):
 
     # what the store is, for messages ("results in ..."): a path, or a URL without its password
     location: str
+    # where the store says what it does on its own (a write kept in the spool, the spool written):
+    # the runner points it at its console; a store never prints
+    notify: Callable[[str], None] = staticmethod(lambda message: None)
 
     # -- opening (class methods: the registry calls them with the --db value) ---------------
     @classmethod
@@ -70,15 +105,22 @@ class Store(ABC):
 
     @classmethod
     @abstractmethod
+    def stored_schema(cls, ref: str, what: str) -> Stored:
+        """What the store at `ref` says of its schema (store/schema.py: version, and the oldest
+        versions that read and write it), version None when it has none yet; read without
+        migrating or creating anything (`iolab doctor`)."""
+
+    @classmethod
     def stored_version(cls, ref: str, what: str) -> int | None:
-        """The schema version of the store at `ref` (store/schema.py), None when it has none yet;
-        read without migrating or creating anything (`iolab doctor`)."""
+        return cls.stored_schema(ref, what).version
 
     @classmethod
     @abstractmethod
-    def open(cls, ref: str, what: str) -> Store:
-        """Open (creating it, and its schema, if needed) the store at `ref`; InputError when
-        it cannot be used, naming `what` and `ref`."""
+    def open(cls, ref: str, what: str, read_only: bool = False, spool: bool = True) -> Store:
+        """Open the store at `ref`: for writing (creating it, and migrating its schema, if needed)
+        or `read_only` (nothing written, nothing migrated). `spool=False`: a write the server
+        cannot take raises instead of waiting in the spool (`iolab push`, which is repeated
+        instead). InputError when it cannot be used, naming `what` and `ref`."""
 
     @abstractmethod
     def close(self) -> None: ...
@@ -105,9 +147,26 @@ class Store(ABC):
         """Runs whose id starts with `prefix` (literally), newest first."""
 
     @abstractmethod
-    def put_run(self, rec: RunRecord) -> None:
-        """Create or replace the run `rec` as it is (times, status, extra): `iolab push` copies runs
-        between stores with it, so pushing twice leaves one run."""
+    def put_run(self, rec: RunRecord, force: bool = False) -> RunRecord | None:
+        """Create the run `rec` as it is (times, status, extra), or replace a run of that id from the
+        same origin (`origin_of(rec)`): `iolab push` copies runs between stores with it, so pushing
+        twice leaves one run. A run of that id from another origin raises OriginConflict; with
+        `force` it is replaced, its trials removed, and both kept in the history tables; then the
+        replaced run is returned (None otherwise). Never spooled: it raises when it cannot write."""
+
+    @abstractmethod
+    def origin_of(self, rec: RunRecord) -> tuple[str | None, str | None]:
+        """The (role, host) this store records for `rec` when it writes it."""
+
+    def waiting(self, run_id: str | None = None) -> int:
+        """Writes (of `run_id`, or of any run) kept in the local spool for this store (backends
+        without a spool: 0)."""
+        return 0
+
+    def replay(self) -> Flushed | None:
+        """Write everything the local spool kept for this store, in order (`iolab push --spool`);
+        None for a backend without a spool."""
+        return None
 
     def resolve(self, ref: str) -> RunRecord:
         """A run by id, unique id prefix, or 'latest'."""

@@ -2,288 +2,390 @@
 
 `--db postgresql://user@host/dbname` (or `postgres://`, or IOLAB_DB) selects it; psycopg 3
 over Debian's libpq does the talking, so every libpq convention works unchanged:
-`.pgpass`, `PGPASSWORD`, `PGSERVICE` and `pg_service.conf`, `?host=/run/socket/dir`, sslmode.
-A password written into the URL is accepted but never shown: `location` (what messages,
-reports and manifests print) is the URL with it replaced by `***`, and driver messages are
-scrubbed of it too.
+`.pgpass`, `PGPASSWORD`, `PGSERVICE` and `pg_service.conf`, `?host=/run/socket/dir`, sslmode,
+several hosts with `target_session_attrs`. The URL is parsed by libpq (store/urls.py) and shown
+only without its password, and driver messages are scrubbed of it.
 
-Schema: store/schema.py's migrations, applied on first use under an advisory lock (two
-processes opening a new store at once migrate it once). Each trial is one transaction that
-locks its run's row (one writer per run at a time, any number of runs at once). A lost
-connection is retried (store/spool.py): a trial that still cannot be written is kept in a
-local spool file and written the moment the server answers again (at the next write, or at
-close), so nothing finished is lost and nothing is written twice (a trial is an upsert).
+**Tables** in schema `iolab` (store/pglayout.py: found, moved from `public` for a store from
+before, migrated by writers only, under an advisory lock). A reader (`read_only`) writes
+nothing, so a role granted only SELECT, a read-only server and a compatible newer store all read.
+
+**Whose run.** A run records the role that wrote it (`current_user`, enforced by the row-level
+security policies of store/schema.py version 3: a role inserts runs only as itself and changes
+only its own runs and their trials) and its host. `put_run` replaces a run of another origin only
+when forced, and the database's triggers keep what was replaced in `run_history` and
+`trial_history`, however it was replaced.
+
+**Nothing lost.** Every write of a run is one operation (store/spool.py) in one transaction,
+made with the time it was asked for. One the server cannot take is retried (a lost connection,
+a read-only server, a serialization failure: store/pgerrors.py, by SQLSTATE) for the retry
+window, then kept in the local spool; while anything is kept, later writes queue behind it,
+and they are written in order, each once, as soon as the server takes writes again (the next
+write, closing, `iolab push --spool`).
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit
+from typing import Any
 
 import psycopg
 
-from iolab.core.errors import InputError, IolabError
+from iolab.core.errors import InputError, IolabError, RefusedError
 from iolab.core.model import TrialResult
-from iolab.store import rows, schema
-from iolab.store.base import RunRecord, Store, holder_alive
-from iolab.store.spool import Outcome, Spool
-from iolab.store.urls import shown as redact
-
-CONNECT_TIMEOUT_S = 10
-MIGRATION_LOCK = 0x10_1AB_5C4E  # pg_advisory_xact_lock key: one migrator per database
-T = TypeVar("T")
-
-
-def retry_window_s() -> float:
-    """How long a write keeps retrying a lost connection before a trial goes to the spool
-    (IOLAB_DB_RETRY_S, default 30 s: a server restart, a failover)."""
-    try:
-        return max(0.0, float(os.environ.get("IOLAB_DB_RETRY_S", "30")))
-    except ValueError:
-        raise InputError(f"IOLAB_DB_RETRY_S={os.environ['IOLAB_DB_RETRY_S'][:40]!r}: not a number of seconds") from None
+from iolab.store import pglayout, rows, schema, spool
+from iolab.store.base import OriginConflict, RunRecord, Store, holder_alive, this_host
+from iolab.store.pgconn import Link, connect, open_error
+from iolab.store.pgerrors import Refusal, StoreFailed
+from iolab.store.schema import SCHEMA
+from iolab.store.spool import Op, Outcome, Spool
+from iolab.store.urls import shown
 
 
 class PostgresStore(Store):
     """The `Store` in a PostgreSQL database; the `--db` value is a libpq URL."""
 
-    def __init__(self, url: str, what: str):
+    def __init__(self, url: str, what: str, read_only: bool = False, spooling: bool = True):
         self.url = url
         self.what = what
-        self.location = redact(url)
-        self.conn = _connect(url, what)
+        self.location = shown(url)
+        self.read_only = read_only
+        self.spooling = spooling and not read_only
         self.spool = Spool(self.location)
+        self._mine: set[str] = set()  # runs this process created: their claims may wait in the spool
+        self._keeping = False  # writes are going to the spool (for one notice per outage)
+        self.link = Link(url, what)
         try:
-            self._migrate()
-            self._flush_spool()
+            self.role = str(self.conn.info.user)
+            found = self._layout(read_only)
+            self.t = found.prefix
+            self.run_cols = rows.run_select(set(found.run_columns))
         except BaseException:
-            self.conn.close()
+            self.link.close()
             raise
+
+    @property
+    def conn(self) -> psycopg.Connection:
+        return self.link.conn
+
+    def _layout(self, read_only: bool) -> pglayout.Layout:
+        try:
+            if read_only:
+                found = pglayout.find(self.conn, self.location)
+                if found.where == "none":
+                    raise IolabError(f"no iolab store in {self.location}")
+                schema.check_read(found.stored, self.location)
+                return found
+            self.role = str(self.conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+            return pglayout.migrate(self.conn, self.location)
+        except psycopg.Error as exc:
+            raise open_error(exc, self.what, self.url, self.role, read_only) from None
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
     def check_target(cls, ref: str, what: str) -> None:
-        """The server answers and this role may create iolab's tables (or write to them)."""
-        with _connect(ref, what) as conn:
-            have_tables = conn.execute("SELECT to_regclass('trials') IS NOT NULL").fetchone()
-            if have_tables and have_tables[0]:
-                ok = conn.execute("SELECT has_table_privilege('trials', 'INSERT')"
-                                  " AND has_table_privilege('runs', 'INSERT, UPDATE')").fetchone()
-                problem = "may not write to iolab's tables"
-            else:
-                ok = conn.execute("SELECT has_schema_privilege(current_schema(), 'CREATE')").fetchone()
-                problem = "may not create iolab's tables (no CREATE on the schema)"
-            if not (ok and ok[0]):
-                raise InputError(f"{what} {redact(ref)}: role {conn.info.user!r} {problem}")
+        """The server answers and takes writes now, and this role may write iolab's tables (or
+        create them); a newer store this iolab may not write is refused."""
+        location = shown(ref)
+        with connect(ref, what) as conn:
+            try:
+                user = conn.execute("SELECT current_user, current_setting('transaction_read_only')").fetchone()
+                role, read_only = (str(user[0]), user[1] == "on") if user else ("?", False)
+                if read_only:
+                    raise InputError(f"{what} {location}: the server takes no writes now (a standby, or "
+                                     "default_transaction_read_only): try again once it does, or run into a local "
+                                     "store (--db PATH) and `iolab push` the run later")
+                found = pglayout.find(conn, location)
+                schema.check_write(found.stored, location)
+                if found.where == "none":
+                    row = conn.execute("SELECT CASE WHEN to_regnamespace(%s) IS NULL"
+                                       " THEN has_database_privilege(current_database(), 'CREATE')"
+                                       " ELSE has_schema_privilege(%s, 'CREATE') END", (SCHEMA, SCHEMA)).fetchone()
+                    problem = f"may not create iolab's tables (no CREATE on the database or on schema {SCHEMA})"
+                elif found.where == "public" or schema.pending(found.stored, location):
+                    return  # the migration says whether this role may upgrade it
+                else:
+                    row = conn.execute(
+                        "SELECT has_schema_privilege(%s, 'USAGE') AND has_table_privilege(%s, 'INSERT, UPDATE')"
+                        " AND has_table_privilege(%s, 'INSERT, UPDATE')",
+                        (SCHEMA, f"{SCHEMA}.runs", f"{SCHEMA}.trials")).fetchone()
+                    problem = "may not write to iolab's tables"
+            except psycopg.Error as exc:
+                raise open_error(exc, what, ref, None, False) from None
+            if not (row and row[0]):
+                raise InputError(f"{what} {location}: role {role!r} {problem} (docs/store.md#roles)")
 
     @classmethod
     def exists(cls, ref: str, what: str) -> bool:
-        with _connect(ref, what) as conn:
-            row = conn.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone()
-            return bool(row and row[0])
+        with connect(ref, what) as conn:
+            try:
+                return pglayout.find(conn, shown(ref)).where != "none"
+            except psycopg.Error as exc:
+                raise open_error(exc, what, ref, None, True) from None
 
     @classmethod
-    def stored_version(cls, ref: str, what: str) -> int | None:
-        with _connect(ref, what) as conn:
-            if conn.execute("SELECT to_regclass('meta') IS NULL").fetchone() == (True,):
-                return None
-            row = conn.execute("SELECT value FROM meta WHERE key=%s", (schema.VERSION_KEY,)).fetchone()
-        return schema.parse_version(row[0] if row else None, redact(ref))
+    def stored_schema(cls, ref: str, what: str) -> schema.Stored:
+        with connect(ref, what) as conn:
+            try:
+                return pglayout.find(conn, shown(ref)).stored
+            except psycopg.Error as exc:
+                raise open_error(exc, what, ref, None, True) from None
 
     @classmethod
-    def open(cls, ref: str, what: str) -> PostgresStore:
-        return cls(ref, what)
-
-    def _migrate(self) -> None:
-        with self.conn.transaction():
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-            self.conn.execute(schema.META)
-            row = self.conn.execute("SELECT value FROM meta WHERE key=%s", (schema.VERSION_KEY,)).fetchone()
-            todo = schema.pending(schema.parse_version(row[0] if row else None, self.location), self.location)
-            for m in todo:
-                for statement in m.statements:
-                    self.conn.execute(statement)
-            if todo:
-                self.conn.execute("INSERT INTO meta VALUES (%s, %s) "
-                                  "ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-                                  (schema.VERSION_KEY, str(todo[-1].version)))
+    def open(cls, ref: str, what: str, read_only: bool = False, spool: bool = True) -> PostgresStore:
+        return cls(ref, what, read_only, spool)
 
     def close(self) -> None:
         try:
-            self._flush_spool()
+            if self.spooling:
+                self._flush_spool()
         finally:
-            self.conn.close()
+            self.link.close()
 
-    # -- connection loss ----------------------------------------------------------------------
-    def _retrying(self, op: Callable[[], T], window_s: float | None = None) -> T:
-        """`op` (one transaction), again on a fresh connection while the server is away, for up to
-        the retry window; then the last connection error as an IolabError."""
-        deadline = time.monotonic() + (retry_window_s() if window_s is None else window_s)
-        pause = 0.2
-        while True:
-            try:
-                if self.conn.closed or self.conn.broken:
-                    self.conn.close()
-                    self.conn = _driver_connect(self.url)
-                return op()
-            except psycopg.OperationalError as exc:
-                if time.monotonic() + pause > deadline:
-                    raise IolabError(f"results store {self.location}: connection lost "
-                                     f"({_scrub(str(exc), self.url)})") from None
-                time.sleep(pause)
-                pause = min(pause * 2, 2.0)
+    # -- the server's answers -------------------------------------------------------------------
+    def _read(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self.link.retrying(lambda: self.conn.execute(query, params).fetchall())
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection]:
         with self.conn.transaction():
             yield self.conn
 
+    # -- writes: each one an operation, made now or kept in the spool ------------------------------
+    def _write(self, op: Op) -> None:
+        if self.read_only:
+            raise IolabError(f"{self.location} was opened for reading")
+        if not self.spooling:
+            self.link.retrying(lambda: self._apply(op))
+            return
+        if self._flush_spool():  # earlier writes still wait: this one queues behind them
+            self._keep(op, None)
+            return
+        try:
+            self.link.retrying(lambda: self._apply(op))
+        except StoreFailed as exc:
+            if exc.kind == "refused":
+                self.spool.set_aside(op, str(exc))
+                self.notify(f"{exc}: that {op['op']} of run {op['run_id']} is set aside in {self.spool.rejected}")
+            else:
+                self._keep(op, str(exc))
+
+    def _keep(self, op: Op, reason: str | None) -> None:
+        self.spool.add(op)
+        if not self._keeping:
+            self._keeping = True
+            self.notify(f"{reason or f'results store {self.location}: earlier writes still wait'}; "
+                        f"results are kept in the local spool {self.spool.path} and written when the store takes "
+                        "them (nothing is lost)")
+
+    def _flush_spool(self) -> int:
+        """Write what the spool kept, oldest first; returns how many still wait."""
+        if self.spool.empty():
+            self._keeping = False
+            return 0
+
+        def write(op: Op) -> tuple[Outcome, str | None]:
+            try:
+                self.link.retrying(lambda: self._apply(op), window_s=0)
+            except StoreFailed as exc:
+                return ("rejected" if exc.kind == "refused" else "later"), str(exc)
+            return "written", None
+        done = self.spool.flush(write)
+        if done.written and not done.left:
+            self.notify(f"results store {self.location} takes writes again: the {done.written} kept are written"
+                        if self._keeping else
+                        f"{done.written} write(s) kept in the local spool earlier are written to {self.location}")
+        if done.rejected:
+            self.notify(f"{done.rejected} kept write(s) the store will never take are set aside in "
+                        f"{self.spool.rejected} ({done.reason})")
+        self._keeping = self._keeping and bool(done.left)
+        return done.left
+
+    def replay(self) -> spool.Flushed:
+        """`iolab push --spool`: write every kept operation now (each retried for the window)."""
+        def write(op: Op) -> tuple[Outcome, str | None]:
+            try:
+                self.link.retrying(lambda: self._apply(op))
+            except StoreFailed as exc:
+                return ("rejected" if exc.kind == "refused" else "later"), str(exc)
+            return "written", None
+        return self.spool.flush(write)
+
+    def waiting(self, run_id: str | None = None) -> int:
+        return self.spool.count(run_id)
+
+    def _apply(self, op: Op) -> None:
+        """One operation in one transaction, idempotent: made twice, the store is as after once."""
+        at = float(op.get("at") or time.time())
+        run_id = op["run_id"]
+        with self._tx() as db:
+            if op["op"] == "run":
+                self._apply_run(db, op["record"])
+            elif op["op"] == "trial":
+                self._own_run(db, run_id)
+                seq = db.execute(f"SELECT COALESCE(MAX(seq) + 1, 0) FROM {self.t}trials WHERE run_id=%s",
+                                 (run_id,)).fetchone()
+                values = rows.trial_values(run_id, spool.trial_of(op), op["raw"], seq[0] if seq else 0)
+                _upsert_trial(db, self.t, values)
+                db.execute(f"UPDATE {self.t}runs SET updated=%s WHERE id=%s", (at, run_id))
+            elif op["op"] == "status":
+                self._own_run(db, run_id)
+                db.execute(f"UPDATE {self.t}runs SET status=%s, updated=%s WHERE id=%s", (op["status"], at, run_id))
+            elif op["op"] == "extra":
+                extra = rows.raw(self._own_run(db, run_id)[0]) or {}
+                extra[op["key"]] = op["value"]
+                db.execute(f"UPDATE {self.t}runs SET extra_json=%s, updated=%s WHERE id=%s",
+                           (rows.dump(extra), at, run_id))
+            elif op["op"] == "claim":
+                db.execute(f"UPDATE {self.t}runs SET claimed_by=%s WHERE id=%s AND claimed_by IS NULL",
+                           (op["owner"], run_id))
+            elif op["op"] == "release":
+                db.execute(f"UPDATE {self.t}runs SET claimed_by=NULL WHERE id=%s AND claimed_by=%s",
+                           (run_id, op["owner"]))
+            else:
+                raise Refusal(f"unknown operation {op['op']!r}")
+
+    def _own_run(self, db: psycopg.Connection, run_id: str) -> tuple[Any, ...]:
+        """Lock the run's row (one writer per run at a time); its extra_json. A run that is not
+        there, or not this role's (row-level security hides it from FOR UPDATE), is refused."""
+        row = db.execute(f"SELECT extra_json FROM {self.t}runs WHERE id=%s FOR UPDATE", (run_id,)).fetchone()
+        if row is None:
+            raise Refusal(f"run {run_id} is not in the store, or not role {self.role}'s")
+        return tuple(row)
+
+    def _apply_run(self, db: psycopg.Connection, record: dict[str, Any]) -> None:
+        rec = RunRecord(**record)
+        values = rows.run_values(rec)[:-2]
+        inserted = db.execute(f"INSERT INTO {self.t}runs ({rows.RUN_COLUMNS}) VALUES "
+                              f"({', '.join(['%s'] * 10)}, current_user, %s) ON CONFLICT (id) DO NOTHING RETURNING 1",
+                              (*values, rec.owner_host)).fetchone()
+        if inserted is None:  # made before (a commit whose answer was lost): ours, or someone else's id
+            row = db.execute(f"SELECT owner_role, owner_host FROM {self.t}runs WHERE id=%s", (rec.id,)).fetchone()
+            if row is None or (row[0], row[1]) != (self.role, rec.owner_host):
+                raise Refusal(f"run id {rec.id} is taken by {row[0] if row else '?'}@{row[1] if row else '?'}")
+
     # -- runs ---------------------------------------------------------------------------------
     def create_run(self, run_id: str, study: str, source: str, spec: dict[str, Any], options: dict[str, Any],
                    environment: dict[str, Any]) -> None:
         now = time.time()
-        self.put_run(RunRecord(run_id, study, source, spec, options, "running", now, now, environment, {}),
-                     replace=False)
-
-    def put_run(self, rec: RunRecord, replace: bool = True) -> None:
-        values = (rec.id, rec.study, rec.source, rows.dump(rec.spec), rows.dump(rec.options), rec.status,
-                  rec.created, rec.updated, rows.dump(rec.environment), rows.dump(rec.extra))
-        conflict = (" ON CONFLICT (id) DO UPDATE SET study=excluded.study, source=excluded.source,"
-                    " spec_json=excluded.spec_json, options_json=excluded.options_json, status=excluded.status,"
-                    " created=excluded.created, updated=excluded.updated,"
-                    " environment_json=excluded.environment_json, extra_json=excluded.extra_json") if replace else ""
-
-        def op() -> None:
-            with self._tx() as db:
-                db.execute(f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-                           + conflict, values)
-        self._retrying(op)
+        rec = RunRecord(run_id, study, source, spec, options, "running", now, now, environment, {}, self.role,
+                        this_host())
+        self._mine.add(run_id)
+        self._write({"op": "run", "run_id": run_id, "at": now, "record": rec.__dict__})
 
     def set_status(self, run_id: str, status: str) -> None:
-        """After the spool is flushed: a run marked complete has its trials in the store."""
-        def op() -> None:
-            with self._tx() as db:
-                db.execute("UPDATE runs SET status=%s, updated=%s WHERE id=%s", (status, time.time(), run_id))
-        self._flush_spool()
-        self._retrying(op)
+        self._write({"op": "status", "run_id": run_id, "at": time.time(), "status": status})
 
     def set_extra(self, run_id: str, key: str, value: Any) -> None:
-        def op() -> None:
+        self._write({"op": "extra", "run_id": run_id, "at": time.time(), "key": key, "value": value})
+
+    def origin_of(self, rec: RunRecord) -> tuple[str | None, str | None]:
+        return self.role, rec.owner_host
+
+    def put_run(self, rec: RunRecord, force: bool = False) -> RunRecord | None:
+        ours = self.origin_of(rec)
+
+        def op() -> RunRecord | None:
             with self._tx() as db:
-                row = db.execute("SELECT extra_json FROM runs WHERE id=%s FOR UPDATE", (run_id,)).fetchone()
-                extra = rows.raw(row[0]) if row else {}
-                extra[key] = value
-                db.execute("UPDATE runs SET extra_json=%s, updated=%s WHERE id=%s",
-                           (rows.dump(extra), time.time(), run_id))
-        self._retrying(op)
+                db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"iolab-run:{rec.id}",))
+                row = db.execute(f"SELECT {self.run_cols} FROM {self.t}runs WHERE id=%s", (rec.id,)).fetchone()
+                old = rows.run(row) if row else None
+                if old is None:
+                    db.execute(f"INSERT INTO {self.t}runs ({rows.RUN_COLUMNS}) VALUES "
+                               f"({', '.join(['%s'] * 10)}, current_user, %s)", (*rows.run_values(rec)[:-2], ours[1]))
+                    return None
+                theirs = (old.owner_role, old.owner_host)
+                if theirs != ours and not force:
+                    raise OriginConflict(self.location, rec.id, old.origin, f"{ours[0]}@{ours[1]}")
+                if theirs != ours:
+                    db.execute(f"DELETE FROM {self.t}trials WHERE run_id=%s", (rec.id,))
+                changed = db.execute(
+                    f"UPDATE {self.t}runs SET study=%s, source=%s, spec_json=%s, options_json=%s, status=%s,"
+                    f" created=%s, updated=%s, environment_json=%s, extra_json=%s, owner_role=current_user,"
+                    f" owner_host=%s WHERE id=%s", (*rows.run_values(rec)[1:10], ours[1], rec.id)).rowcount
+                left = db.execute(f"SELECT count(*) FROM {self.t}trials WHERE run_id=%s",
+                                  (rec.id,)).fetchone() if theirs != ours else (0,)
+                if changed != 1 or (left and left[0]):
+                    raise RefusedError(f"{self.location} refuses role {self.role!r} changing run {rec.id} of "
+                                       f"{old.origin} (row-level security): a role may write only its own runs, and "
+                                       "only the tables' owner replaces a run of another origin")
+                return old if theirs != ours else None
+        try:
+            return self.link.retrying(op)
+        except StoreFailed as exc:
+            if exc.sqlstate == "42501":  # no privilege, or a row-level security policy
+                raise RefusedError(f"{exc}: role {self.role!r} may write only its own runs, and only the tables' "
+                                   "owner replaces a run of another origin (docs/store.md#roles)") from None
+            raise
 
     def runs(self, limit: int = 50) -> list[RunRecord]:
-        found = self._retrying(lambda: self.conn.execute(
-            f"SELECT {rows.RUN_COLUMNS} FROM runs ORDER BY created DESC LIMIT %s", (limit,)).fetchall())
+        found = self._read(f"SELECT {self.run_cols} FROM {self.t}runs ORDER BY created DESC LIMIT %s", (limit,))
         return [rows.run(r) for r in found]
 
     def runs_with_prefix(self, prefix: str) -> list[RunRecord]:
-        found = self._retrying(lambda: self.conn.execute(
-            f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE left(id, length(%s)) = %s ORDER BY created DESC",
-            (prefix, prefix)).fetchall())
+        found = self._read(f"SELECT {self.run_cols} FROM {self.t}runs WHERE left(id, length(%s)) = %s"
+                           " ORDER BY created DESC", (prefix, prefix))
         return [rows.run(r) for r in found]
 
     def claim_run(self, run_id: str, owner: str) -> str | None:
-        key = f"run-owner:{run_id}"
+        """Decided by the server now. A run this process created may be claimed while the server
+        cannot take writes (nobody else can know a new id): the claim then waits in the spool
+        behind the run's creation. Any other run's claim is an error when it cannot be decided."""
+        fresh = run_id in self._mine
+
+        def claim(op: Op) -> None:
+            self._write(op)
+
+        if fresh and self.spooling and not self.spool.empty() and self._flush_spool():
+            claim({"op": "claim", "run_id": run_id, "at": time.time(), "owner": owner})
+            return None
 
         def op() -> str | None:
             with self._tx() as db:
-                db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
-                row = db.execute("SELECT value FROM meta WHERE key=%s", (key,)).fetchone()
-                if row is not None and row[0] != owner and holder_alive(row[0]):
+                row = db.execute(f"SELECT claimed_by FROM {self.t}runs WHERE id=%s FOR UPDATE", (run_id,)).fetchone()
+                if row is None:
+                    origin = db.execute(f"SELECT owner_role, owner_host FROM {self.t}runs WHERE id=%s",
+                                        (run_id,)).fetchone()
+                    raise RefusedError(f"run {run_id} in {self.location} is "
+                                       + (f"{origin[0] or 'from before owners were recorded'}@{origin[1] or '?'}'s: "
+                                          f"role {self.role!r} may not add to it" if origin else "not there"))
+                if row[0] is not None and row[0] != owner and holder_alive(row[0]):
                     return str(row[0])
-                db.execute("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-                           (key, owner))
+                db.execute(f"UPDATE {self.t}runs SET claimed_by=%s WHERE id=%s", (owner, run_id))
             return None
-        return self._retrying(op)
+        try:
+            return self.link.retrying(op)
+        except StoreFailed as exc:
+            if fresh and self.spooling and exc.kind != "refused":
+                self._keep({"op": "claim", "run_id": run_id, "at": time.time(), "owner": owner}, str(exc))
+                return None
+            raise IolabError(f"cannot claim run {run_id} now: {exc}") from None
 
     def release_run(self, run_id: str, owner: str) -> None:
-        def op() -> None:
-            with self._tx() as db:
-                db.execute("DELETE FROM meta WHERE key=%s AND value=%s", (f"run-owner:{run_id}", owner))
-        self._retrying(op)
+        self._write({"op": "release", "run_id": run_id, "at": time.time(), "owner": owner})
 
     # -- trials -------------------------------------------------------------------------------
     def save_trial(self, run_id: str, r: TrialResult, raw: Any) -> None:
-        """One transaction; while the server is away, retried, then spooled (written later, once).
-        Trials kept earlier go first, so the store keeps the order they ended in."""
-        if self._flush_spool():
-            self.spool.add(run_id, r, raw)
-            return
-        try:
-            self._retrying(lambda: self._write_trial(run_id, r, raw))
-        except IolabError:
-            self.spool.add(run_id, r, raw)
-
-    def _write_trial(self, run_id: str, r: TrialResult, raw: Any) -> None:
-        """An upsert keyed by (run, trial): written again after a commit whose answer was lost, it
-        stays one row and keeps its place in the order."""
-        with self._tx() as db:
-            db.execute("SELECT 1 FROM runs WHERE id=%s FOR UPDATE", (run_id,))
-            row = db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM trials WHERE run_id=%s", (run_id,)).fetchone()
-            values = rows.trial_values(run_id, r, raw, row[0] if row else 0)
-            db.execute(f"INSERT INTO trials ({rows.TRIAL_COLUMNS}) VALUES ({', '.join(['%s'] * 15)})"
-                       " ON CONFLICT (run_id, trial_id) DO UPDATE SET config_id=excluded.config_id,"
-                       " repetition=excluded.repetition, params_json=excluded.params_json, status=excluded.status,"
-                       " error=excluded.error, metrics_json=excluded.metrics_json, probes_json=excluded.probes_json,"
-                       " flags_json=excluded.flags_json, manifest_json=excluded.manifest_json,"
-                       " raw_json=excluded.raw_json, started=excluded.started, ended=excluded.ended", values)
-            db.execute("UPDATE runs SET updated=%s WHERE id=%s", (time.time(), run_id))
-
-    def _flush_spool(self) -> int:
-        """Write what the spool kept (oldest first); what still cannot be written stays there (how
-        many: the return value)."""
-        def write(run_id: str, trial: TrialResult, raw: Any) -> Outcome:
-            try:
-                self._retrying(lambda: self._write_trial(run_id, trial, raw), window_s=0)
-            except IolabError:
-                return "later"  # the connection: still away
-            except psycopg.Error:
-                return "rejected"  # the server said no (no such run, a constraint): never will say yes
-            return "written"
-        return self.spool.flush(write)
+        """One transaction, made now or kept in the spool (written later, once, in its place)."""
+        self._write(spool.trial_op(run_id, r, raw, time.time()))
 
     def trials(self, run_id: str) -> list[TrialResult]:
-        found = self._retrying(lambda: self.conn.execute(
-            f"SELECT {rows.TRIAL_READ} FROM trials WHERE run_id=%s ORDER BY seq", (run_id,)).fetchall())
+        found = self._read(f"SELECT {rows.TRIAL_READ} FROM {self.t}trials WHERE run_id=%s ORDER BY seq", (run_id,))
         return [rows.trial(r) for r in found]
 
     def raw(self, run_id: str, trial_id: str) -> Any:
-        row = self._retrying(lambda: self.conn.execute(
-            "SELECT raw_json FROM trials WHERE run_id=%s AND trial_id=%s", (run_id, trial_id)).fetchone())
-        return rows.raw(row[0]) if row else None
+        found = self._read(f"SELECT raw_json FROM {self.t}trials WHERE run_id=%s AND trial_id=%s", (run_id, trial_id))
+        return rows.raw(found[0][0]) if found else None
 
 
-def _connect(url: str, what: str) -> psycopg.Connection:
-    """A connection in autocommit mode (transactions are explicit); InputError naming the redacted URL."""
-    if "\x00" in url:
-        raise InputError(f"{what} {redact(url.replace(chr(0), ''))[:200]!r}: contains a NUL byte")
-    try:
-        return _driver_connect(url)
-    except psycopg.Error as exc:
-        raise InputError(f"{what} {redact(url)}: cannot connect ({_scrub(str(exc), url)})") from None
-
-
-def _driver_connect(url: str) -> psycopg.Connection:
-    return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="iolab")
-
-
-def _scrub(message: str, url: str) -> str:
-    """A driver message with the URL's password (if any) removed, one line."""
-    try:
-        password = urlsplit(url).password
-        password = password or dict(parse_qsl(urlsplit(url).query)).get("password")
-    except ValueError:
-        password = None
-    if password:
-        message = message.replace(password, "***")
-    return " ".join(message.split())[:500]
-
+def _upsert_trial(db: psycopg.Connection, prefix: str, values: tuple[Any, ...]) -> None:
+    """An upsert keyed by (run, trial): written again after a commit whose answer was lost, it stays
+    one row and keeps its place in the order (seq is never updated)."""
+    db.execute(f"INSERT INTO {prefix}trials ({rows.TRIAL_COLUMNS}) VALUES ({', '.join(['%s'] * 15)})"
+               " ON CONFLICT (run_id, trial_id) DO UPDATE SET config_id=excluded.config_id,"
+               " repetition=excluded.repetition, params_json=excluded.params_json, status=excluded.status,"
+               " error=excluded.error, metrics_json=excluded.metrics_json, probes_json=excluded.probes_json,"
+               " flags_json=excluded.flags_json, manifest_json=excluded.manifest_json,"
+               " raw_json=excluded.raw_json, started=excluded.started, ended=excluded.ended", values)

@@ -47,14 +47,16 @@ def check_target(ref: str | Path, what: str = "--db") -> None:
     backend_for(ref, what).check_target(str(ref), what)
 
 
-def open_store(ref: str | Path, what: str = "--db") -> Store:
-    """The store at `ref`, checked, created if needed (a run writes there)."""
+def open_store(ref: str | Path, what: str = "--db", spool: bool = True) -> Store:
+    """The store at `ref` for writing, checked, created or migrated if needed (a run writes there).
+    `spool=False`: a write the server cannot take raises (`iolab push`, repeated instead)."""
     cls = backend_for(ref, what)
     cls.check_target(str(ref), what)
-    return cls.open(str(ref), what)
+    return cls.open(str(ref), what, spool=spool)
 
 
 def open_existing(ref: str | Path, what: str = "--db") -> Store | None:
-    """The store at `ref` for commands that only read; None when there is none yet (nothing is created)."""
+    """The store at `ref` for commands that only read, opened read-only (nothing created, migrated
+    or written: a role that may only read uses it); None when there is none yet."""
     cls = backend_for(ref, what)
-    return cls.open(str(ref), what) if cls.exists(str(ref), what) else None
+    return cls.open(str(ref), what, read_only=True) if cls.exists(str(ref), what) else None

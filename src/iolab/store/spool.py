@@ -1,11 +1,21 @@
-"""A local spool of trials a remote store could not take: nothing finished is lost to a network.
+"""A local spool of the writes a remote store could not take: nothing finished is lost to a
+network, a failover or a read-only server.
 
-When a server stays away longer than the retry window, the trial is appended (one JSON line,
-fsynced) to `$IOLAB_DATA/spool/<store>.jsonl`, one file per store location (its redacted URL,
-hashed). The next write that reaches the server, and closing the store, flush it oldest
-first; a trial written twice is still one row (the backend's write is an upsert keyed by run
-and trial), so a crash between writing and forgetting a line duplicates nothing. flock keeps
-two iolab processes on one machine from flushing one file at once.
+Every write a run makes is one operation: the run created, its status, a run-level datum, a
+trial, a claim and its release. One the server cannot take now is appended (one JSON line,
+fsynced) to `$IOLAB_DATA/spool/<store>.jsonl`, one file per store location (its URL without
+the password, hashed; `key_of`), with the time it was made; every later write of any run into that store
+goes behind it, so the store receives them in the order they were made. The next write that
+reaches the server, closing the store, opening it for writing again and `iolab push --spool`
+write them, oldest first, each replayed with its own time, so the store ends exactly as if the
+server had never been away. Every operation is idempotent (a trial is an upsert keyed by run and
+trial, a status or a datum is set, a run created once): a crash between writing one and
+forgetting it duplicates nothing. One the server proves it will never take (its data, an
+integrity constraint: store/pgerrors.py) is set aside in `<store>.rejected.jsonl` with the
+reason, for a person to look at, and does not hold the rest back. flock keeps two iolab
+processes on one machine from flushing one file at once.
+
+A line without "op" is a trial kept by an iolab from before operations were spooled.
 """
 
 from __future__ import annotations
@@ -17,22 +27,46 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
 from iolab.core import paths
 from iolab.core.model import TrialResult
 
-# (run id, trial, raw) -> "written"; "later" (the server is still away: keep it and stop);
-# "rejected" (the server answered no, e.g. its run is not there: set aside, never retried)
+# "written"; "later" (the server cannot take it now: keep it and everything after it);
+# "rejected" (the server will never take it: set aside, never retried)
 Outcome = Literal["written", "later", "rejected"]
-Writer = Callable[[str, TrialResult, Any], Outcome]
+Op = dict[str, Any]  # {"op": "run" | "status" | "extra" | "trial" | "claim" | "release", "run_id", "at", ...}
+Writer = Callable[[Op], tuple[Outcome, str | None]]  # an outcome and, unless written, why
+
+
+def key_of(location: str) -> str:
+    """One spool per store, however its URL was spelled: with the password in it or given the
+    libpq ways (PGPASSWORD, .pgpass), postgres:// or postgresql://."""
+    return location.replace(":***@", "@").replace("postgres://", "postgresql://", 1)
+
+
+def trial_op(run_id: str, trial: TrialResult, raw: Any, at: float) -> Op:
+    return {"op": "trial", "run_id": run_id, "at": at, "trial": dataclasses.asdict(trial), "raw": raw}
+
+
+def trial_of(op: Op) -> TrialResult:
+    return TrialResult(**op["trial"])
+
+
+@dataclass
+class Flushed:
+    written: int = 0
+    rejected: int = 0
+    left: int = 0
+    reason: str | None = None  # why the first one left waits (or, if none waits, why the last was set aside)
 
 
 class Spool:
     def __init__(self, location: str, directory: Path | None = None):
         self.location = location
-        digest = hashlib.sha256(location.encode()).hexdigest()[:16]
+        digest = hashlib.sha256(key_of(location).encode()).hexdigest()[:16]
         self.path = (directory or paths.data_dir() / "spool") / f"{digest}.jsonl"
         self.rejected = self.path.with_suffix(".rejected.jsonl")  # kept for a person to look at
 
@@ -46,45 +80,82 @@ class Spool:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
-    def add(self, run_id: str, trial: TrialResult, raw: Any) -> None:
-        """Keep one trial, durably, until a flush writes it."""
-        line = json.dumps({"store": self.location, "run_id": run_id, "trial": dataclasses.asdict(trial), "raw": raw},
-                          default=str)
+    def empty(self) -> bool:
+        """Nothing kept (a stat, no lock: a write checks this before every operation)."""
+        try:
+            return self.path.stat().st_size == 0
+        except FileNotFoundError:
+            return True
+
+    def add(self, op: Op) -> None:
+        """Keep one operation, durably, until a flush writes it."""
+        line = json.dumps({"store": self.location, **op}, default=str)
         with self._locked() as f:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
 
-    def count(self) -> int:
-        if not self.path.exists():
-            return 0
+    def set_aside(self, op: Op, reason: str) -> None:
+        """An operation the server will never take, kept for a person with the reason."""
+        self.rejected.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.rejected, "a", encoding="utf-8") as bad:
+            bad.write(json.dumps({"store": self.location, "reason": reason, **op}, default=str) + "\n")
+            bad.flush()
+            os.fsync(bad.fileno())
+
+    def entries(self) -> list[Op]:
+        """Every kept operation, oldest first (a line from an older iolab is a trial)."""
+        if self.empty():
+            return []
         with self._locked() as f:
             f.seek(0)
+            return [_op(json.loads(line)) for line in f if line.strip()]
+
+    def count(self, run_id: str | None = None) -> int:
+        return sum(1 for e in self.entries() if run_id is None or e.get("run_id") == run_id)
+
+    def rejected_count(self) -> int:
+        if not self.rejected.exists():
+            return 0
+        with open(self.rejected, encoding="utf-8") as f:
             return sum(1 for line in f if line.strip())
 
-    def flush(self, write: Writer) -> int:
-        """Hand every kept trial to `write`, oldest first, until the server is away again; keep the
-        rest, set rejected ones aside (one bad line must not hold every later trial back).
-        Returns how many are still kept."""
-        if not self.path.exists():
-            return 0
+    def flush(self, write: Writer) -> Flushed:
+        """Hand every kept operation to `write`, oldest first, until the server cannot take one;
+        keep that one and the rest, set rejected ones aside (one bad line must not hold every
+        later one back)."""
+        done = Flushed()
+        if self.empty():
+            return done
         with self._locked() as f:
             f.seek(0)
             lines = [line for line in f if line.strip()]
-            written = 0
+            handled = 0
             for line in lines:
-                entry = json.loads(line)
-                outcome = write(entry["run_id"], TrialResult(**entry["trial"]), entry["raw"])
+                op = _op(json.loads(line))
+                outcome, reason = write(op)
                 if outcome == "later":
+                    done.reason = reason
                     break
                 if outcome == "rejected":
-                    with open(self.rejected, "a", encoding="utf-8") as bad:
-                        bad.write(line if line.endswith("\n") else line + "\n")
-                written += 1
-            if written:  # rewritten in place (never replaced: a waiter holds the lock on this inode)
+                    self.set_aside(op, reason or "refused")
+                    done.rejected += 1
+                    done.reason = reason
+                else:
+                    done.written += 1
+                handled += 1
+            if handled:  # rewritten in place (never replaced: a waiter holds the lock on this inode)
                 f.seek(0)
                 f.truncate()
-                f.write("".join(lines[written:]))
+                f.write("".join(lines[handled:]))
                 f.flush()
                 os.fsync(f.fileno())
-            return len(lines) - written
+            done.left = len(lines) - handled
+        return done
+
+
+def _op(entry: dict[str, Any]) -> Op:
+    entry.pop("store", None)
+    if "op" not in entry:  # kept by an iolab that spooled trials only
+        entry = {"op": "trial", "at": entry.get("trial", {}).get("ended"), **entry}
+    return entry

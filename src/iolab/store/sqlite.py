@@ -4,6 +4,10 @@ transaction per trial.
 A trial's metrics, probe data, flags, raw generator output and manifest are written
 together the moment the trial ends, so an interrupted run loses nothing finished. WAL
 and BEGIN IMMEDIATE let two runs write one file at once (a writer waits up to 30 s).
+A reader (`read_only`) neither migrates nor changes the file's journal mode: an older file,
+and a compatible newer one, are read as they are. A run records its host as its origin
+(SQLite has no roles); a run pushed in keeps the origin it had, and one of another origin is
+replaced only when forced, the replaced one kept in `run_history`/`trial_history`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from iolab.core.errors import InputError
 from iolab.core.inputs import check_writable, path_problem
 from iolab.core.model import TrialResult
 from iolab.store import rows, schema
-from iolab.store.base import RunRecord, Store, holder_alive
+from iolab.store.base import OriginConflict, RunRecord, Store, holder_alive, this_host
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 URL_PREFIX = "sqlite://"  # sqlite:///abs/path is the same as /abs/path
@@ -29,14 +33,24 @@ URL_PREFIX = "sqlite://"  # sqlite:///abs/path is the same as /abs/path
 class SqliteStore(Store):
     """The `Store` in one SQLite file (WAL, synchronous=FULL): the `--db` value is its path."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, read_only: bool = False):
         self.path = path
         self.location = str(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self._migrate()
+        try:
+            if read_only:
+                schema.check_read(self._stored(), self.location)
+            else:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=FULL")
+                self._migrate()
+            self.run_cols = rows.run_select({r[1] for r in self.db.execute("PRAGMA table_info(runs)")})
+        except BaseException:
+            self.db.close()
+            raise
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -63,39 +77,43 @@ class SqliteStore(Store):
         return True
 
     @classmethod
-    def stored_version(cls, ref: str, what: str) -> int | None:
+    def stored_schema(cls, ref: str, what: str) -> schema.Stored:
         if not cls.exists(ref, what):
-            return None
+            return schema.Stored(None)
         path = _path(ref)
         try:
             con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
             try:
-                row = con.execute("SELECT value FROM meta WHERE key=?", (schema.VERSION_KEY,)).fetchone()
+                return _stored(con, str(path))
             finally:
                 con.close()
         except sqlite3.Error as exc:
             raise InputError(f"{what} {path}: cannot be read as iolab's results database ({exc})") from None
-        return schema.parse_version(row[0] if row else None, str(path))
 
     @classmethod
-    def open(cls, ref: str, what: str) -> SqliteStore:
+    def open(cls, ref: str, what: str, read_only: bool = False, spool: bool = True) -> SqliteStore:
         path = _path(ref)
         try:
-            return cls(path)
+            return cls(path, read_only)
         except (sqlite3.Error, OSError) as exc:
             raise InputError(f"{what} {path}: cannot be used as iolab's results database ({exc})") from None
 
+    def _stored(self) -> schema.Stored:
+        return _stored(self.db, self.location)
+
     def _migrate(self) -> None:
-        """store/schema.py's pending migrations, in one transaction (BEGIN IMMEDIATE: one migrator at a time)."""
+        """store/schema.py's pending migrations, in one transaction (BEGIN IMMEDIATE: one migrator at a
+        time); nothing written when none is pending."""
+        if not schema.pending(self._stored(), self.location):
+            return
         with self.tx() as db:
-            db.execute(schema.META)
-            row = db.execute("SELECT value FROM meta WHERE key=?", (schema.VERSION_KEY,)).fetchone()
-            todo = schema.pending(schema.parse_version(row[0] if row else None, self.location), self.location)
+            todo = schema.pending(self._stored(), self.location)
+            db.execute(schema.meta_table("sqlite"))
             for m in todo:
-                for statement in m.statements:
+                for statement in m.for_backend("sqlite"):
                     db.execute(statement)
             if todo:
-                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (schema.VERSION_KEY, str(todo[-1].version)))
+                db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", schema.meta_rows(todo[-1].version))
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -114,10 +132,9 @@ class SqliteStore(Store):
     def create_run(self, run_id: str, study: str, source: str, spec: dict[str, Any], options: dict[str, Any],
                    environment: dict[str, Any]) -> None:
         now = time.time()
+        rec = RunRecord(run_id, study, source, spec, options, "running", now, now, environment, {}, None, this_host())
         with self.tx() as db:
-            db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
-                       (run_id, study, source, rows.dump(spec), rows.dump(options), "running", now, now,
-                        rows.dump(environment), "{}"))
+            db.execute(f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows.run_values(rec))
 
     def set_status(self, run_id: str, status: str) -> None:
         with self.tx() as db:
@@ -131,24 +148,36 @@ class SqliteStore(Store):
             db.execute("UPDATE runs SET extra_json=?, updated=? WHERE id=?", (rows.dump(extra), time.time(), run_id))
 
     def runs(self, limit: int = 50) -> list[RunRecord]:
-        found = self.db.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs ORDER BY created DESC LIMIT ?",
+        found = self.db.execute(f"SELECT {self.run_cols} FROM runs ORDER BY created DESC LIMIT ?",
                                 (limit,)).fetchall()
         return [rows.run(r) for r in found]
 
     def runs_with_prefix(self, prefix: str) -> list[RunRecord]:
-        found = self.db.execute(f"SELECT {rows.RUN_COLUMNS} FROM runs WHERE substr(id, 1, length(?)) = ?"
+        found = self.db.execute(f"SELECT {self.run_cols} FROM runs WHERE substr(id, 1, length(?)) = ?"
                                 " ORDER BY created DESC", (prefix, prefix)).fetchall()
         return [rows.run(r) for r in found]
 
-    def put_run(self, rec: RunRecord) -> None:
-        values = (rec.id, rec.study, rec.source, rows.dump(rec.spec), rows.dump(rec.options), rec.status,
-                  rec.created, rec.updated, rows.dump(rec.environment), rows.dump(rec.extra))
+    def origin_of(self, rec: RunRecord) -> tuple[str | None, str | None]:
+        return rec.owner_role, rec.owner_host
+
+    def put_run(self, rec: RunRecord, force: bool = False) -> RunRecord | None:
+        ours = self.origin_of(rec)
         with self.tx() as db:
-            db.execute(f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE"
-                       " SET study=excluded.study, source=excluded.source, spec_json=excluded.spec_json,"
+            row = db.execute(f"SELECT {self.run_cols} FROM runs WHERE id=?", (rec.id,)).fetchone()
+            old = rows.run(row) if row else None
+            replaced = old is not None and (old.owner_role, old.owner_host) != ours
+            if old is not None and replaced and not force:
+                raise OriginConflict(self.location, rec.id, old.origin, rec.origin)
+            if replaced:  # the triggers keep the old run and its trials in the history tables
+                db.execute("DELETE FROM trials WHERE run_id=?", (rec.id,))
+            db.execute(f"INSERT INTO runs ({rows.RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+                       " ON CONFLICT(id) DO UPDATE SET study=excluded.study, source=excluded.source,"
+                       " spec_json=excluded.spec_json,"
                        " options_json=excluded.options_json, status=excluded.status, created=excluded.created,"
                        " updated=excluded.updated, environment_json=excluded.environment_json,"
-                       " extra_json=excluded.extra_json", values)
+                       " extra_json=excluded.extra_json, owner_role=excluded.owner_role,"
+                       " owner_host=excluded.owner_host", rows.run_values(rec))
+        return old if replaced else None
 
     def claim_run(self, run_id: str, owner: str) -> str | None:
         """Make `owner` (a core.owner token) the process running `run_id`, atomically.
@@ -175,7 +204,12 @@ class SqliteStore(Store):
             seq = db.execute("SELECT COALESCE((SELECT seq FROM trials WHERE run_id=? AND trial_id=?),"
                              " (SELECT COALESCE(MAX(seq) + 1, 0) FROM trials WHERE run_id=?))",
                              (run_id, r.trial_id, run_id)).fetchone()[0]
-            db.execute(f"INSERT OR REPLACE INTO trials ({rows.TRIAL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            db.execute(f"INSERT INTO trials ({rows.TRIAL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                       " ON CONFLICT (run_id, trial_id) DO UPDATE SET config_id=excluded.config_id,"
+                       " repetition=excluded.repetition, params_json=excluded.params_json, status=excluded.status,"
+                       " error=excluded.error, metrics_json=excluded.metrics_json, probes_json=excluded.probes_json,"
+                       " flags_json=excluded.flags_json, manifest_json=excluded.manifest_json,"
+                       " raw_json=excluded.raw_json, started=excluded.started, ended=excluded.ended",
                        rows.trial_values(run_id, r, raw, seq))
             db.execute("UPDATE runs SET updated=? WHERE id=?", (time.time(), run_id))
 
@@ -188,6 +222,15 @@ class SqliteStore(Store):
         row = self.db.execute("SELECT raw_json FROM trials WHERE run_id=? AND trial_id=?",
                               (run_id, trial_id)).fetchone()
         return rows.raw(row[0]) if row else None
+
+
+def _stored(db: sqlite3.Connection, location: str) -> schema.Stored:
+    """What the file's meta says about its schema (nothing yet: a new file)."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone() is None:
+        return schema.Stored(None)
+    keys = (schema.VERSION_KEY, schema.MIN_READER_KEY, schema.MIN_WRITER_KEY)
+    found = db.execute(f"SELECT key, value FROM meta WHERE key IN ({', '.join('?' * len(keys))})", keys).fetchall()
+    return schema.stored(dict(found), location)
 
 
 def _path(ref: str) -> Path:

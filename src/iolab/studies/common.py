@@ -73,7 +73,8 @@ def resolution_note(trials: list[dict[str, Any]], metric: str) -> Note | None:
 
 
 def fmt_est(est: dict[str, Any] | None) -> dict[str, Any] | str:
-    """A table cell: the estimate itself (renderers show 'mean ± half-width' or '[lo, hi]'), or '–'."""
+    """A table cell: the estimate itself (renderers show 'estimate ± half-width' or '[lo, hi]', with its
+    stalls and checks), or '–'."""
     if not est or est.get("mean") is None:
         return "–"
     return est

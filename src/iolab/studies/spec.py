@@ -39,6 +39,7 @@ from iolab.core.model import Config
 from iolab.core.units import parse_duration
 from iolab.probes.registry import probe_classes
 from iolab.studies import fio_import
+from iolab.targets.offer import Needs, TargetOffer, refusal
 
 
 class StudySettings(BaseModel):
@@ -49,7 +50,8 @@ class StudySettings(BaseModel):
     description: str = ""
     repetitions: int = Field(3, ge=1, le=1000, description="repetitions per configuration, at least")
     max_repetitions: int = Field(10, ge=1, le=1000, description="cap for adaptive stopping")
-    ci_target: float = Field(0.05, gt=0, lt=1, description="stop when the 95% CI half-width / mean is below this")
+    ci_target: float = Field(0.05, gt=0, lt=1,
+                             description="stop when the 95% interval half-width / estimate is below this")
     metric: str | None = Field(None, description="the metric adaptive stopping watches")
     trial_timeout: float | None = Field(None, description="seconds; default 3x the estimate + 60 s")
     analysis: str = "generic"
@@ -244,12 +246,23 @@ def _matrix(targets: list[tuple[str, dict]], workloads: list[tuple[str, dict]],
     if problems:
         return []
     on = {p.path: p.on_targets for p in w_plans if p}
+    offers = [_offer(t_path, t_params, problems) for _, t_params, _, t_path in t_cells]
+    classes = {p.cls.Params.model_fields["kind"].default: p.cls for p in w_plans if p}
+    needs = [classes[w_params["kind"]].needs(w_params) for _, w_params, _, _ in w_cells]
+    decided: dict[tuple[int, tuple[Any, ...]], str | None] = {}  # cells with equal needs are decided once
     configs = []
-    for (t_name, t_params, t_axes, _), (w_name, w_params, w_axes, w_path) in itertools.product(t_cells, w_cells):
+    for (ti, ((t_name, t_params, t_axes, _), offer)), ((w_name, w_params, w_axes, w_path), need) in itertools.product(
+            enumerate(zip(t_cells, offers, strict=True)), zip(w_cells, needs, strict=True)):
         only = on[w_path]
         if only is not None and t_name not in only:
             continue
-        _check_pair(w_path, w_params, t_params, problems)
+        if offer is not None:
+            key = (ti, _signature(need))
+            why = decided[key] if key in decided else refusal(need, offer)
+            if need.check is None:
+                decided[key] = why
+            if why:
+                _refuse(w_path, w_name, w_params["kind"], t_name, offer, why, problems)
         labels: dict[str, Any] = {}
         if len(targets) > 1:
             labels["target"] = t_name
@@ -321,15 +334,29 @@ def _cells(plan: _Plan | None) -> int:
     return math.prod(len(v) for v in plan.axes.values()) if plan else 0
 
 
-def _check_pair(path: str, workload: dict[str, Any], target: dict[str, Any], problems: list[tuple[str, str]]) -> None:
-    """A workload's check that needs its target (e.g. a job file's names inside a host directory)."""
-    check = getattr(registry.workload_class(workload["kind"]), "check_target", None)
-    if check is None:
-        return
+def _offer(path: str, target: dict[str, Any], problems: list[tuple[str, str]]) -> TargetOffer | None:
+    """What one target cell offers (targets/offer.py), computed before anything exists."""
+    cls = registry.target_class(target["kind"])
     try:
-        check(workload, target)
+        offer: TargetOffer = cls.offer(cls.Params(**target))
+        return offer
     except (ValueError, OSError) as exc:
-        problems.append((path, str(exc)))
+        problems.append((path, f"cannot tell what this target offers: {exc}"))
+        return None
+
+
+def _signature(needs: Needs) -> tuple[Any, ...]:
+    return (needs.where, needs.storage, needs.capacity, needs.inodes, needs.memory, needs.apps, needs.capabilities,
+            tuple(sorted(needs.why.items())), id(needs.check) if needs.check else None)
+
+
+def _refuse(path: str, w_name: str, kind: str, t_name: str, offer: TargetOffer, why: str,
+            problems: list[tuple[str, str]]) -> None:
+    """A pair the workload's needs and the target's offer rule out (targets/offer.py), naming both and why."""
+    who = kind if w_name == kind else f"{w_name!r} ({kind})"
+    where = (f"{offer.kind} ({offer.settings})" if t_name == offer.kind
+             else f"{t_name!r} ({offer.kind}: {offer.settings})")
+    problems.append((path, f"workload {who} cannot run on target {where}: {why}"))
 
 
 def _expand(plan: _Plan | None, problems: list[tuple[str, str]]) -> list[tuple[str, dict, list[str], str]]:

@@ -1,12 +1,16 @@
 """The target interface: where load runs and what it hits.
 
 A target kind is one module with one class that fills in this table of operations
-(like an fio ioengine): describe() for --dry-run, setup() to create, teardown() to undo.
-Everything setup() creates is recorded in the ledger first, so a crash can be cleaned.
+(like an fio ioengine): offer() for validation, describe() for --dry-run, setup() to
+create, teardown() to undo. Everything setup() creates is recorded in the ledger first, so
+a crash can be cleaned.
 
-A workload sees a prepared target only through this module: the `Placement` setup()
-returns, its executor, and the narrow capabilities a placement may offer (today
-`WeightedGroups`, from the `cgroups` target). It never imports a target's module.
+What a target offers a workload is one typed value, its `TargetOffer` (targets/offer.py),
+computed from the validated parameters before anything exists; every workload states its
+`Needs` and `refusal()` decides, so no workload names a target kind. A workload sees a
+prepared target only through this module: the `Placement` setup() returns, its executor,
+and the narrow capabilities a placement may offer (today `WeightedGroups`, from the
+`cgroups` target). It never imports a target's module.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ from iolab.cgroups.trial import TrialCgroup
 from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import Executor
 from iolab.core.resources import Ledger
+from iolab.targets.offer import ANY_STORAGE, Capability, MachineCheck, Needs, Storage, TargetOffer, Where, refusal
+
+# the offer's vocabulary is re-exported: workloads see targets through this module only
+__all__ = ["ANY_STORAGE", "TCG_TIME_FACTOR", "Capability", "FioFleet", "FleetRun", "MachineCheck", "Needs",
+           "Placement", "Storage", "Target", "TargetOffer", "TargetParams", "WeightedGroups", "Where", "refusal"]
 
 
 class TargetParams(BaseModel):
@@ -141,6 +150,15 @@ class Placement:
     fio_fleet: FioFleet | None = None  # fio jobs run on a fleet's hosts instead (the `fleet` target)
     time_factor: float = 1.0
 
+    @property
+    def writable(self) -> tuple[str, ...]:
+        """Exactly what a trial's processes may write where they run: the target's directory
+        and the file or block device it hands the workload (the executor's own work directory
+        is the executor's). Derived from the only places a workload is given, so it cannot
+        drift from them; a confinement of trial processes allows these and nothing else of
+        the target (TargetOffer.writable is the same before setup, as far as it is known)."""
+        return tuple(p for p in (self.directory, self.path) if p)
+
     def within(self, cgroup: TrialCgroup | None) -> Placement:
         """This placement for one trial: the executor places host processes in `cgroup`.
         The manifest and extras dicts are shared, not copied."""
@@ -160,6 +178,18 @@ class Target(ABC):
     def __init__(self, params: TargetParams, ledger: Ledger):
         self.params = params
         self.ledger = ledger
+
+    @classmethod
+    @abstractmethod
+    def offer(cls, params: TargetParams) -> TargetOffer:
+        """What this target gives a workload, from its validated parameters alone: nothing is
+        created and nothing changed (spec validation and --dry-run call it for every cell)."""
+
+    @classmethod
+    def machine_checks(cls) -> list[MachineCheck]:
+        """What this machine must have for this target (a kernel facility, a program), for
+        `iolab doctor`; the default: nothing beyond iolab's own."""
+        return []
 
     @abstractmethod
     def describe(self) -> list[str]:

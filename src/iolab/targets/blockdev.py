@@ -10,6 +10,7 @@ with no sign of data is used only when the user names it so (docs/threat-model.m
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import field_validator
@@ -19,7 +20,8 @@ from iolab.core.confine import Confinement
 from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.targets import blockinfo
-from iolab.targets.base import Placement, Target, TargetParams
+from iolab.targets.base import Placement, Target, TargetOffer, TargetParams
+from iolab.targets.offer import HOST_CAPABILITIES
 
 
 def device_path(v: object) -> str:
@@ -28,6 +30,16 @@ def device_path(v: object) -> str:
         return diskguard.block_device(v).path
     except ValueError as exc:
         raise ValueError(f"{v!r} {exc}") from None
+
+
+def device_size(device: str) -> int | None:
+    """The block device's size in bytes (sysfs counts 512-byte sectors), None if unreadable."""
+    try:
+        rdev = os.stat(device).st_rdev
+        sectors = Path(f"/sys/dev/block/{os.major(rdev)}:{os.minor(rdev)}/size").read_text()
+        return int(sectors) * 512
+    except (OSError, ValueError):
+        return None
 
 
 def check_device_is_free(device: str) -> None:
@@ -55,6 +67,17 @@ class BlockDeviceTarget(Target):
     def __init__(self, params: TargetParams, ledger: Ledger):
         super().__init__(params, ledger)
         self.executor: HostExecutor | None = None
+
+    @classmethod
+    def offer(cls, params: TargetParams) -> TargetOffer:
+        """The raw device, all of it (its size from sysfs)."""
+        assert isinstance(params, BlockDeviceParams)
+        return TargetOffer(kind=cls.kind, settings=f"device = {params.device!r}", where="host",
+                           storage=frozenset({"block_device"}), capacity=device_size(params.device),
+                           capabilities=HOST_CAPABILITIES, writable=(params.device,),
+                           remedies={"storage:directory": "a device target offers the raw device only: use a "
+                                                          "`loop` target with filesystem = \"ext4\" or a `host` "
+                                                          "directory"})
 
     def describe(self) -> list[str]:
         return [f"OVERWRITES the block device {self.params.device} (refused unless you name it with "

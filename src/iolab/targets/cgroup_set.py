@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -37,9 +38,10 @@ from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.core.units import format_size, parse_size
 from iolab.targets import blockinfo
-from iolab.targets.base import Placement, Target, TargetParams, WeightedGroups
-from iolab.targets.blockdev import check_device_is_free, device_path
-from iolab.targets.loop import ScratchLoop, create_scratch_loop, release_scratch_loop
+from iolab.targets.base import Placement, Target, TargetOffer, TargetParams, WeightedGroups
+from iolab.targets.blockdev import check_device_is_free, device_path, device_size
+from iolab.targets.loop import ScratchLoop, create_scratch_loop, release_scratch_loop, scratch_offer
+from iolab.targets.offer import HOST_CAPABILITIES, Capability, Storage
 
 CONTROLLERS = sorted({"auto", *ALIASES, *BACKENDS})
 DATA_FILE = "iolab-groups.dat"
@@ -115,6 +117,28 @@ class CgroupSetTarget(Target):
         self.loop: ScratchLoop | None = None
         self.session: CgroupSession | None = None
         self.executor: HostExecutor | None = None
+
+    @classmethod
+    def offer(cls, params: TargetParams) -> TargetOffer:
+        """Weighted groups on a raw device (the user's or a scratch loop device), or on the ext4
+        of a scratch one: a directory beside the load's pre-filled data file (which it keeps)."""
+        assert isinstance(params, CgroupSetParams)
+        caps = HOST_CAPABILITIES | frozenset[Capability]({"weighted_groups"})
+        if params.device:
+            return TargetOffer(kind=cls.kind, settings=f"device = {params.device!r}", where="host",
+                               storage=frozenset({"block_device"}), capacity=device_size(params.device),
+                               capabilities=caps, writable=(params.device,),
+                               remedies={"storage:directory": 'a filesystem is made on the scratch device only: '
+                                                              'leave out device and set filesystem = "ext4"'})
+        settings = f"filesystem = {params.filesystem!r}, size = {format_size(params.size)}"
+        if params.filesystem != "none":
+            settings += f", data_size = {format_size(params.data_size)}"
+        base = scratch_offer(cls.kind, params.size, params.filesystem, settings,
+                             {"storage:directory": 'set filesystem = "ext4"',
+                              "capacity": "give it a larger size or a smaller data_size"},
+                             reserved=params.data_size if params.filesystem != "none" else 0)
+        data_file: frozenset[Storage] = frozenset({"file"}) if params.filesystem != "none" else frozenset()
+        return replace(base, storage=base.storage | data_file, capabilities=caps)
 
     def describe(self) -> list[str]:
         p = self.params

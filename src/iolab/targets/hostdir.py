@@ -19,13 +19,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 import iolab.core.cleaners  # noqa: F401
-from iolab.core import diskguard, owner, paths
+from iolab.core import diskguard, owner, paths, sizing
 from iolab.core.confine import Confinement, preexisting
 from iolab.core.exec import HostExecutor
 from iolab.core.inputs import path_problem, system_directory_problem
 from iolab.core.resources import Ledger, Resource
 from iolab.targets import blockinfo
-from iolab.targets.base import Placement, Target, TargetParams
+from iolab.targets.base import Placement, Target, TargetOffer, TargetParams
+from iolab.targets.offer import HOST_CAPABILITIES
 
 
 class HostDirParams(TargetParams):
@@ -57,6 +58,21 @@ class HostDirTarget(Target):
         super().__init__(params, ledger)
         self.made: Resource | None = None
         self.executor: HostExecutor | None = None
+
+    @classmethod
+    def offer(cls, params: TargetParams) -> TargetOffer:
+        """A directory on the host: the user's, or a scratch one made at setup; its free space
+        and inodes now (what a workload's files can use, as far as known before the run)."""
+        assert isinstance(params, HostDirParams)
+        where = Path(params.directory) if params.directory else paths.scratch_dir()
+        free, inodes = _room(where)
+        return TargetOffer(
+            kind=cls.kind, where="host", storage=frozenset({"directory"}), filesystem=_fstype(str(where)),
+            directory=params.directory, capacity=free, inodes=inodes, capabilities=HOST_CAPABILITIES,
+            writable=(str(where),),
+            settings=f"directory = {params.directory!r}" if params.directory else f"a scratch directory in {where}",
+            remedies={"capacity": "give it a directory on a larger filesystem"
+                                  + ("" if params.directory else " (directory = ..., or IOLAB_SCRATCH)")})
 
     def describe(self) -> list[str]:
         d = self.params.directory
@@ -103,6 +119,16 @@ def _entries(directory: str) -> str:
     except OSError:
         return "unreadable now"
     return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def _room(directory: Path) -> tuple[int, int | None]:
+    """(free bytes, free inodes) for a writer in `directory` or its nearest existing parent;
+    inodes None where the filesystem does not count them (btrfs says 0)."""
+    d = directory
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    st = os.statvfs(d)
+    return sizing.free_bytes(directory), (st.f_favail or None) if st.f_files else None
 
 
 def _fstype(path: str) -> str | None:

@@ -9,6 +9,7 @@ filesystem on it. Everything is recorded in the ledger before use.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger, Resource
 from iolab.core.units import format_size, parse_size
 from iolab.targets import blockinfo
-from iolab.targets.base import Placement, Target, TargetParams
+from iolab.targets.base import MachineCheck, Placement, Target, TargetOffer, TargetParams
+from iolab.targets.offer import HOST_CAPABILITIES
 
 
 class LoopParams(TargetParams):
@@ -105,6 +107,30 @@ def create_scratch_loop(ledger: Ledger, size: int, *, filesystem: str = "none", 
     return loop
 
 
+def scratch_offer(kind: str, size: int, filesystem: str, settings: str, remedies: dict[str, str],
+                  reserved: int = 0) -> TargetOffer:
+    """The offer of a scratch loop device on the host (loop and cgroups targets): the raw
+    device of `size` bytes, or the ext4 made on it, less `reserved` bytes of iolab's own."""
+    if filesystem == "ext4":
+        free, inodes = sizing.ext4_capacity(size)
+        return TargetOffer(kind=kind, settings=settings, where="host", storage=frozenset({"directory"}),
+                           filesystem="ext4", capacity=max(free - reserved, 0), inodes=inodes,
+                           capabilities=HOST_CAPABILITIES, writable=(str(paths.scratch_dir()),), remedies=remedies)
+    return TargetOffer(kind=kind, settings=settings, where="host", storage=frozenset({"block_device"}),
+                       capacity=size, capabilities=HOST_CAPABILITIES, writable=(str(paths.scratch_dir()),),
+                       remedies=remedies)
+
+
+def loop_check(loop_control: bool, losetup: str | None) -> MachineCheck:
+    """`iolab doctor`: loop devices, which every scratch target (loop, cgroups, a guest's image) is."""
+    if loop_control and losetup:
+        return MachineCheck("loop", "ok", "loop devices available (/dev/loop-control, losetup)")
+    if not loop_control:
+        return MachineCheck("loop", "fail", "no /dev/loop-control: load the loop module (modprobe loop); every "
+                                            "scratch target is a loop device")
+    return MachineCheck("loop", "missing", "install util-linux (losetup)")
+
+
 def release_scratch_loop(ledger: Ledger, loop: ScratchLoop) -> None:
     for res in reversed(loop.resources):
         ledger.release(res)
@@ -163,6 +189,20 @@ class LoopTarget(Target):
         self.loop: ScratchLoop | None = None
         self.executor: HostExecutor | None = None
         self.sched: Resource | None = None
+
+    @classmethod
+    def offer(cls, params: TargetParams) -> TargetOffer:
+        """A raw loop device, or the fresh ext4 iolab makes on it (its usable share and inodes)."""
+        assert isinstance(params, LoopParams)
+        return scratch_offer(cls.kind, params.size, params.filesystem,
+                             f"filesystem = {params.filesystem!r}, size = {format_size(params.size)}",
+                             {"storage:directory": 'set filesystem = "ext4"',
+                              "storage:block_device": 'set filesystem = "none"',
+                              "capacity": 'give it a larger size (ext4 keeps about a fifth for itself)'})
+
+    @classmethod
+    def machine_checks(cls) -> list[MachineCheck]:
+        return [loop_check(Path("/dev/loop-control").exists(), shutil.which("losetup"))]
 
     def describe(self) -> list[str]:
         p = self.params

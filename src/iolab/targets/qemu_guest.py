@@ -27,8 +27,9 @@ from iolab.core.units import format_size, parse_size
 from iolab.native import ycsb_guest
 from iolab.native.build import GUEST_DIR, available, helper_path
 from iolab.targets import blockinfo
-from iolab.targets.base import TCG_TIME_FACTOR, Placement, Target, TargetParams
+from iolab.targets.base import TCG_TIME_FACTOR, Placement, Target, TargetOffer, TargetParams
 from iolab.targets.loop import ScratchLoop, create_scratch_loop, release_scratch_loop
+from iolab.targets.offer import Capability
 from iolab.vm import guest_image, profiles
 from iolab.vm.accel import AccelChoice, AccelInfo, choose
 from iolab.vm.cmdline import (
@@ -160,6 +161,32 @@ class QemuGuestTarget(Target):
         self.image: Path | None = None
         self.loop: ScratchLoop | None = None
         self._made: list[Resource] = []
+
+    @classmethod
+    def offer(cls, params: TargetParams) -> TargetOffer:
+        """A guest: its test disk raw or with ext4, its memory, the programs the built-in guest
+        carries (a guest of the user's own carries what it brings: not known here)."""
+        assert isinstance(params, QemuGuestParams)
+        p = params
+        apps = None if p.initramfs else frozenset(
+            {Path(b).name for b in (*guest_image.DEFAULT_BINARIES, *p.extra_binaries)}
+            | set(p.native_helpers) | set(p.guest_apps))
+        caps: set[Capability] = {"network"} if p.network == "user" else set()
+        caps |= {"network_peer"} if p.net_peer else set()
+        free, inodes = sizing.ext4_capacity(p.disk_size) if p.guest_fs == "ext4" else (p.disk_size, None)
+        remedies = {"storage:directory": 'set guest_fs = "ext4"', "storage:block_device": 'set guest_fs = "none"',
+                    "capacity": "give it a larger disk_size", "memory": 'give the target memory = "{need}"',
+                    "app": 'add it to the guest: extra_binaries = ["/usr/bin/{app}"] (a host program)',
+                    "capability:network": 'set network = "user"',
+                    "capability:network_peer": 'set net_peer = true (with network = "user")',
+                    **{f"app:{a}": f'give it guest_apps = ["{a}"]' for a in GUEST_APPS},
+                    **{f"app:{h}": f'give it native_helpers = ["{h}"]' for h in available()}}
+        return TargetOffer(
+            kind=cls.kind, where="guest", storage=frozenset({"directory" if p.guest_fs == "ext4" else "block_device"}),
+            filesystem=None if p.guest_fs == "none" else p.guest_fs, capacity=free, inodes=inodes, memory=p.memory,
+            apps=apps, capabilities=frozenset(caps), remedies=remedies,
+            settings=f"guest_fs = {p.guest_fs!r}, disk_size = {format_size(p.disk_size)}, memory = "
+                     f"{format_size(p.memory)}, guest_apps = {list(p.guest_apps)}")
 
     def describe(self) -> list[str]:
         p = self.params

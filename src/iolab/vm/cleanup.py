@@ -1,9 +1,9 @@
 """The cleaner for kind "process": QEMU processes started by the VM lab.
 
 Images and run directories use the core "file" and "dir" kinds (iolab.core.cleaners).
-Imported by iolab.core.resources.load_all_cleaners, so `iolab clean` after a crash kills
-a leftover QEMU by pid, but only after checking its command line still carries iolab's
-tag: a recycled pid belonging to something else is never touched. `sweep()` (for
+Registered as a resource kind (vm/lifecycle.py, which starts QEMU, imports it), so `iolab
+clean` after a crash kills a leftover QEMU by pid, but only after checking its command line
+still carries iolab's tag: a recycled pid belonging to something else is never touched. `sweep()` (for
 `iolab clean --all`) kills QEMU processes whose owner, named in the tag, is dead.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import iolab.core.cleaners  # noqa: F401  (file/dir/mount/loop cleaners the VM target relies on)
 from iolab.core import owner as owners
-from iolab.core.resources import Resource, register_cleaner
+from iolab.core.resources import ORDER_PROCESSES, Resource, ResourceKind, register_kind
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -116,4 +116,4 @@ def _orphaned(pid: int) -> bool:
     return fields is not None and len(fields) > 1 and int(fields[1]) == 1
 
 
-register_cleaner("process", clean_process)
+register_kind(ResourceKind("process", ORDER_PROCESSES + 10, clean_process, lambda scope: sweep(scope.scratch)))

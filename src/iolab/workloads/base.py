@@ -1,4 +1,10 @@
-"""The workload interface: what generates load and how its output becomes metrics."""
+"""The workload interface: what generates load, what it needs of a target, and how its output
+becomes metrics.
+
+`needs()` is the workload's whole contract with targets: it says what it needs (where it
+runs, storage, space, memory, programs, capabilities) and targets/offer.py `refusal()`
+decides against each target's offer, at spec validation. A workload never names a target
+kind and never reads a target's parameters."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import RUNNER_METRICS, Metric, MetricSet
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 
 
 class WorkloadParams(BaseModel):
@@ -63,6 +69,11 @@ class Workload(ABC):
     def __init__(self, params: WorkloadParams):
         self.params = params
 
+    @classmethod
+    @abstractmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """What one configuration (its validated params as a dict) needs of its target."""
+
     @abstractmethod
     def estimate_seconds(self) -> float:
         """Expected duration of one trial, for the plan's time estimate and default timeout."""
@@ -79,6 +90,11 @@ class Workload(ABC):
         A workload whose aggregation depends on its parameters (fixed time or fixed work)
         overrides this."""
         return MetricSet(cls.metrics).merged(RUNNER_METRICS)
+
+    def touches(self) -> list[str]:
+        """What the workload itself writes besides the target's storage, for --dry-run (a
+        device a job file names, the tenant's database); default: nothing."""
+        return []
 
     def describe(self) -> list[str]:
         return [f"workload {self.kind}: " + ", ".join(

@@ -54,7 +54,7 @@ def binary() -> str:
 
 def db_dir(placement: Placement) -> str:
     if not placement.directory:
-        raise TrialFailed("the tenant needs a filesystem on the target: use the cgroups target with filesystem=ext4")
+        raise TrialFailed("the tenant needs a directory on a filesystem; this target offers none")
     return f"{placement.directory.rstrip('/')}/rocksdb"
 
 

@@ -118,13 +118,16 @@ SHORT_RUN_MS = 100  # below this, fio's whole-millisecond runtime moves a rate b
 
 
 def resolution(data: dict[str, Any]) -> dict[str, float]:
-    """The error bound fio's clock puts on each rate (same unit as the rate): fio divides by a
-    runtime it counts in whole milliseconds (truncated), so a rate r over a pass of t ms may
-    be off by up to r/t. Repetitions that agree to the last digit then show no spread a
-    t-interval could see; the analysis widens intervals by this (docs/statistics.md,
-    "Resolution"). Summed over jobs like the rates themselves."""
+    """The error bound fio puts on each metric (same unit as the metric): fio divides by a runtime
+    it counts in whole milliseconds (truncated), so a rate r over a pass of t ms may be off by up
+    to r/t (summed over jobs like the rates); a latency percentile is the middle of a histogram
+    bucket (bucket_half_width_ns). Repetitions that agree to the last digit then show no spread
+    an interval could see; the analysis widens intervals by this (docs/statistics.md,
+    "Resolution")."""
     out: dict[str, float] = {}
+    weights: dict[str, float] = {}
     for job in data["jobs"]:
+        out["runtime_s"] = 0.001  # job_runtime: whole milliseconds
         for d in ("read", "write"):
             side = job.get(d) or {}
             ms = side.get("runtime") or 0
@@ -133,7 +136,33 @@ def resolution(data: dict[str, Any]) -> dict[str, float]:
             for key, step in ((f"{d}_iops", side["iops"] / ms), (f"{d}_bw_mib_s", side["bw_bytes"] / MIB / ms),
                               ("iops", side["iops"] / ms), ("bw_mib_s", side["bw_bytes"] / MIB / ms)):
                 out[key] = out.get(key, 0.0) + step
+            # percentiles: IO-weighted over jobs like the values (summed_metrics), so their errors are too
+            pct = (side.get("clat_ns") or {}).get("percentile") or {}
+            for name, key in PERCENTILES.items():
+                if key in pct:
+                    metric, w = f"{d}_clat_{name}_us", float(side["total_ios"])
+                    out[metric] = out.get(metric, 0.0) + w * bucket_half_width_ns(pct[key]) / 1000.0
+                    weights[metric] = weights.get(metric, 0.0) + w
+    for metric, w in weights.items():
+        out[metric] /= w
     return out
+
+
+PLAT_BITS = 6  # fio's stat.h FIO_IO_U_PLAT_BITS: 2^6 = 64 buckets per power of two
+
+
+def bucket_half_width_ns(value_ns: float) -> float:
+    """The error bound of a latency percentile fio reports (in ns): fio keeps completion latencies in a
+    log-linear histogram (stat.h, FIO_IO_U_PLAT_BITS = 6: 64 buckets between each power of two and
+    the next, so a bucket is 1/64 to 1/128 of its value wide) and prints a percentile as the middle
+    of its bucket (stat.c, plat_idx_to_val: base + (k + 0.5) << error_bits). The true percentile is
+    within half a bucket: 2^(msb − 7) ns, up to 0.78 % of the value. Values below 128 ns are
+    their own bucket (exact)."""
+    v = int(value_ns)
+    if v < (1 << (PLAT_BITS + 1)):
+        return 0.0
+    error_bits = v.bit_length() - 1 - PLAT_BITS
+    return float(1 << error_bits) / 2.0
 
 
 def short_run_flags(data: dict[str, Any]) -> list[str]:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from iolab.core.metrics import Metric
-from iolab.core.units import format_size
+from iolab.core.metrics import NONNEG, Metric
 from iolab.native import ycsb_build
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 from iolab.workloads import db_bench, ycsb_tenant
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.groups import tenant
@@ -38,8 +37,9 @@ class FioGroupsWorkload(Workload):
         Metric("class_iops_{weight:int}", "IOPS", "neither", "mean IOPS of one group of a weight class"),
         Metric("ratio_{weight:int}", "ratio", "neither",
                "a weight class's IOPS over the lightest class's (the ideal is the weight ratio)"),
-        Metric("max_abs_log2_error", "log2", "lower", "worst group's |log2(share / entitled share)|"),
-        Metric("class_max_abs_log2_error", "log2", "lower", "worst weight class's |log2(share / entitled share)|"),
+        Metric("max_abs_log2_error", "log2", "lower", "worst group's |log2(share / entitled share)|", domain=NONNEG),
+        Metric("class_max_abs_log2_error", "log2", "lower", "worst weight class's |log2(share / entitled share)|",
+               domain=NONNEG),
         Metric("min_share", "fraction", "higher", "smallest group's share as a fraction of its entitlement"),
         Metric("jain", "index", "higher", "Jain's fairness index of weight-normalised throughput (1 = fair)"),
         Metric("min_group_ios", "I/Os", "neither", "I/Os of the group that completed fewest in the window"),
@@ -54,7 +54,7 @@ class FioGroupsWorkload(Workload):
         Metric("generator_cpu_busy_lifetime", "fraction", "neither",
                "fio's CPU over its whole life as a fraction of all CPUs"),
         Metric("kernel_vs_fio", "ratio", "neither", "I/Os the kernel counted / I/Os fio reported (should be 1)"),
-        Metric("kernel_vs_fio_worst_group", "fraction", "lower", "worst group's |kernel/fio - 1|"),
+        Metric("kernel_vs_fio_worst_group", "fraction", "lower", "worst group's |kernel/fio - 1|", domain=NONNEG),
         Metric("fio_iops_total", "IOPS", "higher", "sum of every group's IOPS as fio reports them"),
         Metric("{side:read|write}_bytes", "bytes", "neither", "bytes all groups moved in one direction (fio)"),
         Metric("iodepth_total", "requests", "neither", "iodepth x groups: requests the generators keep in flight"),
@@ -83,20 +83,21 @@ class FioGroupsWorkload(Workload):
         return TENANT_APPS[self.params.tenant_app] if self.params.tenant != "off" else None
 
     @classmethod
-    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """The YCSB tenant needs a filesystem on the host with room for its database."""
-        if workload.get("tenant", "off") == "off" or workload.get("tenant_app", "db_bench") != "ycsb":
-            return
-        if target.get("kind") != "cgroups" or target.get("filesystem") != "ext4":
-            raise ValueError("the ycsb tenant needs the cgroups target with filesystem = \"ext4\" (its RocksDB "
-                             f"database lives there; this target: kind = {target.get('kind')!r}, "
-                             f"filesystem = {target.get('filesystem')!r})")
-        size, data = int(target.get("size", 1 << 30)), int(target.get("data_size", 512 << 20))
-        free = None if target.get("device") else size - data
-        need = 2 * ycsb_tenant.RECORDS * 1000  # RocksDB needs about twice the records' bytes
-        if free is not None and free < need:
-            raise ValueError(f"the ycsb tenant's {ycsb_tenant.RECORDS} records need about {format_size(need)} beside "
-                             f"the groups' data file; size - data_size leaves {format_size(max(free, 0))}")
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """Weighted groups on the target's device; a tenant application also a directory beside
+        the groups' file or device (the YCSB tenant with room for its records)."""
+        p = FioGroupsParams(**workload)
+        why = {"capability:weighted_groups": "each group of fio processes runs in a weighted cgroup of its own"}
+        if p.tenant == "off":
+            return Needs(storage=frozenset({"file", "block_device"}), apps=frozenset({"fio"}),
+                         capabilities=frozenset({"weighted_groups"}), why=why)
+        app = TENANT_APPS[p.tenant_app]
+        need = 2 * ycsb_tenant.RECORDS * 1000 if p.tenant_app == "ycsb" else 0  # RocksDB: about twice the records
+        return Needs(storage=frozenset({"directory"}), capacity=need, apps=frozenset({"fio", p.tenant_app}),
+                     capabilities=frozenset({"weighted_groups"}),
+                     why={**why, "storage": f"the tenant ({app.title}) keeps its database in a directory",
+                          "capacity": f"the {p.tenant_app} tenant's {ycsb_tenant.RECORDS} records beside the groups' "
+                                      "data file"})
 
     def touches(self) -> list[str]:
         """For --dry-run: the tenant application and what it writes."""

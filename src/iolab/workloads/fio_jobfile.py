@@ -20,7 +20,7 @@ from iolab.core import paths, sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import parse_duration, parse_size
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement, TargetOffer
 from iolab.workloads import fio_bounds, fio_engine, fio_sandbox
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.fio import cpu_flags
@@ -148,22 +148,26 @@ class FioJobFileWorkload(Workload):
         return parsed(self.params.job_text, self.params.job_file).estimate_seconds(self.params.caps)
 
     @classmethod
-    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """Validation with the target known: in a `host` target's own directory (which may hold
-        symlinks and files of the user's), every name fio will open is resolved at spec time too:
-        a link pointing out, a link at a generated name, or a file already there that the user did
-        not name with --destroy-data is an input error."""
-        directory = target.get("directory") if target.get("kind") == "host" else None
-        if not directory:
-            return  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
-        try:
-            text, source = str(workload["job_text"]), str(workload.get("job_file", "job file"))
-            _check_in_directory(text, source, directory)
-            size_cap = workload.get("max_size")
-            fio_bounds.check_space(parsed(text, source), sizing.free_bytes(Path(directory)),
-                                   int(size_cap) if size_cap is not None else None)
-        except fio_sandbox.JobFileRefused as exc:
-            raise ValueError(str(exc)) from None
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """fio where it runs; the job's files land in the target's directory, else in iolab's work
+        dir. In a directory the user named on the host (which may hold symlinks and files of the
+        user's), every name fio will open is resolved at spec time too: a link pointing out, a
+        link at a generated name, or a file already there that the user did not name with
+        --destroy-data is an input error; so are files that would not fit in its free space."""
+        p = FioJobFileParams(**workload)
+
+        def names_stay_inside(offer: TargetOffer) -> str | None:
+            if offer.where != "host" or not offer.directory:
+                return None  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
+            try:
+                _check_in_directory(p.job_text, p.job_file, offer.directory)
+                free = offer.capacity if offer.capacity is not None else sizing.free_bytes(Path(offer.directory))
+                fio_bounds.check_space(parsed(p.job_text, p.job_file), free, p.max_size)
+            except fio_sandbox.JobFileRefused as exc:
+                return str(exc)
+            return None
+
+        return Needs(apps=frozenset({"fio"}), check=names_stay_inside)
 
     def touches(self) -> list[str]:
         """What the job writes besides its own files (for --dry-run): guarded block devices."""

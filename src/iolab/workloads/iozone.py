@@ -27,7 +27,7 @@ from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, Executor
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import format_size, parse_size
-from iolab.targets.base import Placement
+from iolab.targets.base import ANY_STORAGE, Needs, Placement
 from iolab.workloads import fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.fio import cpu_flags
@@ -69,6 +69,13 @@ class IozoneWorkload(Workload):
         *MetricSet(fio_engine.FIO_METRICS).with_aggregate(fio_engine.RATE_METRICS, "harmonic"),
     )
     params: IozoneParams
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """fio on its own file in a directory, or on the first file_size bytes of a device."""
+        p = IozoneParams(**workload)
+        return Needs(storage=ANY_STORAGE, capacity=p.file_size, apps=frozenset({"fio"}),
+                     why={"capacity": f"file_size = {format_size(p.file_size)}"})
 
     def estimate_seconds(self) -> float:
         passes = 2 if self.params.test in ("read", "reread") else 1

@@ -26,7 +26,7 @@ from iolab.core.exec import ExecRequest, ExecResult, Executor, HostExecutor, Run
 from iolab.core.metrics import Metric
 from iolab.core.net import free_port
 from iolab.core.units import parse_duration
-from iolab.targets.base import Placement
+from iolab.targets.base import Capability, Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 Direction = Literal["guest_to_host", "host_to_guest", "guest_to_guest"]
@@ -56,6 +56,15 @@ class Iperf3Workload(Workload):
     )
     params: Iperf3Params
 
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """A network path to the host; guest_to_guest also a second machine (on the host: loopback)."""
+        p = Iperf3Params(**workload)
+        caps: set[Capability] = {"network", "network_peer"} if p.direction == "guest_to_guest" else {"network"}
+        return Needs(apps=frozenset({"iperf3"}), capabilities=frozenset(caps),
+                     why={"capability:network": "its server runs on the host",
+                          "capability:network_peer": "guest_to_guest runs its server in a second guest"})
+
     def estimate_seconds(self) -> float:
         return self.params.time + self.params.omit + 5
 
@@ -82,11 +91,12 @@ class Iperf3Workload(Workload):
                     "flags": ["loopback: client and server both on the host (the baseline, no VM)"]}
         net = placement.extras.get("net")
         if not net:
-            raise TrialFailed("iperf3 in a guest needs a network: set network = \"user\" on the qemu target")
+            raise TrialFailed("iperf3 in a guest needs a network path to the host; this guest has none "
+                              '(set network = "user" on the qemu target)')
         if p.direction == "guest_to_guest":
             peer = placement.extras.get("peer")
             if not peer:
-                raise TrialFailed("guest_to_guest needs a second guest: set net_peer = true on the qemu target")
+                raise TrialFailed("guest_to_guest needs a second guest on that network; this target has none")
             return {"server": "peer", "addr": net["host_addr"], "port": peer["forward_port"],
                     "peer": peer, "reverse": False, "flags": []}
         return {"server": "host", "addr": net["host_addr"], "reverse": p.direction == "host_to_guest",

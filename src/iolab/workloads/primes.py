@@ -18,7 +18,7 @@ from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
 from iolab.native import helper_for
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.sysbench_cpu import contention_flags
 
@@ -84,6 +84,11 @@ class PrimesWorkload(Workload):
         limits = self.params.limits
         # adaptive stopping watches 10^8 (R5's largest) if asked for, else the largest limit
         self.main_metric = metric_name(10**8 if 10**8 in limits else max(limits))
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """CPU only: its C helper counts primes."""
+        return Needs(apps=frozenset({HELPER}))
 
     def estimate_seconds(self) -> float:
         # ~1 ns per number while the bit array fits the cache, ~3 ns beyond (10^9: 62 MB)

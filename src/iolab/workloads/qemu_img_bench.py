@@ -42,7 +42,7 @@ from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
 from iolab.core.units import format_size, parse_size
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement, Storage
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult, remove_own_file
 
 MiB = float(1 << 20)
@@ -55,8 +55,6 @@ PREFILL_DEPTH = 8
 SHORT_RUN_S = 0.1
 # cache modes that open the image with O_DIRECT (QEMU's -drive cache= table): aio=native needs one
 DIRECT_CACHE = ("none", "directsync")
-# target kinds that give the workload the host itself (a directory or a block device)
-HOST_TARGETS = ("host", "loop", "device")
 IMAGE_PREFIX = "iolab-qemu-img-bench-"  # the trial's own image in a target's directory
 
 _SENDING = re.compile(r"Sending (\d+) (read|write) requests, (\d+) bytes each, (\d+) in parallel "
@@ -221,17 +219,14 @@ class QemuImgBenchWorkload(Workload):
     params: QemuImgBenchParams
 
     @classmethod
-    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """At spec time: qemu-img runs on the host, and qcow2 needs a filesystem to hold its file."""
-        kind = target.get("kind")
-        if kind not in HOST_TARGETS:
-            raise ValueError(f"qemu_img_bench runs on the host: target kind must be one of "
-                             f"{', '.join(HOST_TARGETS)}, not {kind!r}")
-        on_device = kind == "device" or (kind == "loop" and target.get("filesystem", "none") == "none")
-        if on_device and workload.get("format") != "raw":
-            raise ValueError(f"format = \"{workload.get('format')}\" needs a target with a filesystem to hold the "
-                             f"image file; on a block device ({kind} without filesystem) only format = \"raw\" "
-                             "(the device itself) is possible")
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """qemu-img on the host, on a block device itself (format raw) or a fresh image in a directory."""
+        fmt = workload.get("format", "raw")
+        storage: frozenset[Storage] = frozenset({"directory", "block_device"} if fmt == "raw" else {"directory"})
+        return Needs(where=frozenset({"host"}), storage=storage, apps=frozenset({"qemu-img"}),
+                     why={"where": "qemu-img runs on the host: it measures the host's own block layer",
+                          "storage": f'format = "{fmt}" needs a filesystem to hold the image file; only format = '
+                                     '"raw" benches a block device itself'})
 
     def estimate_seconds(self) -> float:
         p = self.params

@@ -26,7 +26,7 @@ from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
 from iolab.native import helper_for
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.sysbench_cpu import contention_flags
 
@@ -73,6 +73,11 @@ class StreamWorkload(Workload):
             flags.append(f"array_below_4x_llc: {s.array_mib} MiB per array, last-level cache {llc.bytes / MiB:g} MiB "
                          "(part of the traffic may be served by the cache)")
         return s, flags
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """memory bandwidth: its C helper sizes its arrays to what the machine it runs on has."""
+        return Needs(apps=frozenset({HELPER}))
 
     def estimate_seconds(self) -> float:
         s, _ = self.sizing(sizing.host_memory())

@@ -46,8 +46,8 @@ from pydantic import Field, field_validator
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
-from iolab.core.units import parse_size
-from iolab.targets.base import Placement
+from iolab.core.units import format_size, parse_size
+from iolab.targets.base import ANY_STORAGE, Needs, Placement
 from iolab.workloads import fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -146,6 +146,14 @@ class SyncWritesWorkload(Workload):
         Metric("guest_syncs", "syncs", "neither", "data syncs the guest asked for: one per write"),
     )
     params: SyncWritesParams
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """fio's synced writes into a region of a file or a device, and its state directory."""
+        p = SyncWritesParams(**workload)
+        return Needs(storage=ANY_STORAGE, capacity=2 * p.region, apps=frozenset({"fio"}),
+                     why={"capacity": f"bs x count = {format_size(p.region)} of writes, and as much laid out "
+                                       "for the overwrite patterns"})
 
     def estimate_seconds(self) -> float:
         # measured under TCG with strace attached: 35-250 write+sync pairs/s, so 20/s is pessimistic;

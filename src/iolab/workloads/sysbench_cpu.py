@@ -18,7 +18,7 @@ from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
 from iolab.core.units import parse_duration
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 MISSING = ("sysbench is not installed where this trial runs (Debian/Ubuntu: apt-get install "
@@ -71,6 +71,11 @@ class SysbenchCpuWorkload(Workload):
         Metric("cpus", "CPUs", "neither", "online CPUs where sysbench ran (nproc)"),
     )
     params: SysbenchCpuParams
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """CPU only: sysbench where it runs."""
+        return Needs(apps=frozenset({"sysbench"}))
 
     def estimate_seconds(self) -> float:
         return self.params.time + 1.5

@@ -17,18 +17,17 @@ import json
 import secrets
 import shlex
 import uuid
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iolab.core import paths, sizing
+from iolab.core import sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import format_size, parse_duration, parse_size
 from iolab.native import helper_for
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 HELPER = "iolab_varmail"
@@ -146,32 +145,17 @@ class VarmailWorkload(Workload):
         return base.with_aggregate(RATES, "harmonic") if workload.get("iterations") else base
 
     @classmethod
-    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """The file set must fit where it goes: refused at spec time when the target says how much
-        room it has (loop or guest ext4 of a given size, a host directory's free space)."""
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """A directory whose filesystem has room for the whole file set (bytes and inodes), when
+        the target knows its room before the run; the helper checks the real free space too."""
         p = VarmailParams(**workload)
-        kind = target.get("kind")
-        inodes: int | None = None
-        if kind in ("loop", "qemu"):
-            fs_key = "filesystem" if kind == "loop" else "guest_fs"
-            if target.get(fs_key) != "ext4":
-                raise ValueError(f"varmail needs files: the {kind} target has {fs_key} = "
-                                 f"{target.get(fs_key)!r}; set {fs_key} = \"ext4\"")
-            size = int(target["size" if kind == "loop" else "disk_size"])
-            free, inodes = sizing.ext4_capacity(size)
-            where = f"the {kind} target's ext4 ({'size' if kind == 'loop' else 'disk_size'} = {format_size(size)})"
-        elif kind == "host":
-            directory = Path(target.get("directory") or paths.scratch_dir())
-            free, where = sizing.free_bytes(directory), f"the host target's directory {directory}"
-        elif kind == "device":
-            raise ValueError("varmail needs files: a device target offers a raw block device; use a loop target "
-                             "with filesystem = \"ext4\", a host directory or a qemu target with guest_fs = \"ext4\"")
-        else:
-            return  # the helper checks the real free space where it runs
-        problem = sizing.fileset_problem(p.nfiles, p.footprint(), free, inodes, where)
-        if problem:
-            raise ValueError(f"nfiles = {p.nfiles}, meanfilesize = {format_size(p.meanfilesize)}: {problem}; "
-                             "lower nfiles or meanfilesize, or give the target more room")
+        size = f"nfiles = {p.nfiles}, meanfilesize = {format_size(p.meanfilesize)}"
+        return Needs(storage=frozenset({"directory"}), capacity=p.footprint(), inodes=p.nfiles + 2,
+                     apps=frozenset({HELPER}),
+                     why={"storage": "it makes a file set of its own",
+                          "capacity": f"{size}: the file set may grow to that (docs/workloads-varmail.md#sizing); "
+                                      "lower nfiles or meanfilesize, or give the target more room",
+                          "inodes": f"{size}: one inode per file; lower nfiles"})
 
     def estimate_seconds(self) -> float:
         p = self.params

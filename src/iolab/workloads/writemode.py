@@ -22,7 +22,7 @@ from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
 from iolab.core.units import format_size, parse_size
 from iolab.native import helper_for as native_helper_for
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult, remove_own_file
 
 HELPER = "iolab_writemode"
@@ -85,6 +85,14 @@ class WriteModeWorkload(Workload):
         "buffered": (2e-6, 200 * MiB), "mmap": (1e-6, 200 * MiB),
         "o_direct": (2e-4, 100 * MiB), "o_sync": (1e-3, 50 * MiB),
     }
+
+    @classmethod
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """Its C helper writes a fresh file in a directory (mmap and O_DIRECT need a file)."""
+        p = WriteModeParams(**workload)
+        return Needs(storage=frozenset({"directory"}), capacity=p.size, apps=frozenset({HELPER}),
+                     why={"storage": "it writes a fresh file of its own each trial",
+                          "capacity": f"size = {format_size(p.size)}"})
 
     def estimate_seconds(self) -> float:
         per_call, rate = self._COST[self.params.mode]

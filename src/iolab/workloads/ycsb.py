@@ -40,7 +40,7 @@ from iolab.core.exec import ExecRequest, ExecResult, Executor
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import format_size, parse_duration, parse_size
 from iolab.native import ycsb_build, ycsb_guest
-from iolab.targets.base import Placement
+from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 PROPORTIONS = ("readproportion", "updateproportion", "insertproportion", "scanproportion",
@@ -65,11 +65,9 @@ PERCENTILES = (50, 95, 99)
 DB_DIR = "iolab-ycsb"  # inside the target's directory
 MARKER = "IOLAB-YCSB"  # written first into DB_DIR: only a directory holding it is ever removed
 GC_FLAG_PERCENT = 5.0
-NEEDS_FS = ("ycsb needs a filesystem to keep its database in: a `host` target, a `loop` or `cgroups` target with "
-             "filesystem = \"ext4\", or a `qemu` target with guest_fs = \"ext4\" and guest_apps = [\"ycsb\"]")
-GUEST_APP = "ycsb"  # the qemu target's guest_apps entry that puts YCSB in the built-in guest
-GUEST_NEEDS = ("ycsb in a guest needs YCSB in it: give the qemu target guest_apps = [\"ycsb\"] (the built-in guest "
-               "has no Java runtime otherwise) and guest_fs = \"ext4\"")
+NEEDS_FS = "ycsb needs a directory on a filesystem to keep its database in; this target offers none"
+GUEST_APP = "ycsb"  # the application a guest must carry (TargetOffer.apps) for YCSB to run in it
+GUEST_NEEDS = "ycsb in a guest needs YCSB in it (the guest has no Java runtime otherwise); this guest does not carry it"
 
 _LINE = re.compile(r"^\[([^\]]+)\], ([^,]+), (\S+)\s*$", re.M)
 _EXCEPTION = re.compile(r"^(?:Exception in thread \"[^\"]*\" )?((?:[A-Za-z_$][\w$]*\.)+[\w$]*(?:Exception|Error)\b.*)$",
@@ -206,35 +204,20 @@ class YcsbWorkload(Workload):
         return base if workload.get("maxexecutiontime") else base.with_aggregate(["run_ops_s"], "harmonic")
 
     @classmethod
-    def check_target(cls, workload: dict[str, Any], target: dict[str, Any]) -> None:
-        """A filesystem on the host or in a guest that carries YCSB, large enough for the records;
-        in a guest, also memory enough for the JVM's heap beside the rest."""
-        kind = target.get("kind")
+    def needs(cls, workload: dict[str, Any]) -> Needs:
+        """A directory for RocksDB with room for the records, YCSB where it runs, and memory for
+        the JVM's heap beside the rest where the target decides the memory (a guest)."""
         p = YcsbParams(**workload)
-        if kind == "qemu":
-            if target.get("guest_fs") != "ext4" or GUEST_APP not in (target.get("guest_apps") or ()):
-                raise ValueError(f"{GUEST_NEEDS} (this target: guest_fs = {target.get('guest_fs', 'none')!r}, "
-                                 f"guest_apps = {list(target.get('guest_apps') or [])})")
-            memory = int(target.get("memory", 512 << 20))
-            if p.heap + ycsb_guest.GUEST_OVERHEAD > memory:
-                raise ValueError(f"the guest's memory {format_size(memory)} cannot hold a {format_size(p.heap)} "
-                                 f"JVM heap beside the guest's own {format_size(ycsb_guest.GUEST_OVERHEAD)} (the "
-                                 "initramfs with Java in it, RocksDB's memtables and cache): give the target memory = "
-                                 f"\"{math.ceil((p.heap + ycsb_guest.GUEST_OVERHEAD) / (1 << 20))}M\" or the "
-                                 "workload a smaller heap")
-            size = target.get("disk_size", 256 << 20)
-        elif kind in ("host", "loop", "cgroups") and (kind == "host" or target.get("filesystem") == "ext4"):
-            size = target.get("size") if kind == "loop" else None
-            if kind == "cgroups" and not target.get("device"):  # its scratch image also holds the load's data file
-                size = int(target.get("size", 0)) - int(target.get("data_size", 0))
-        else:
-            fs = f", filesystem = {target.get('filesystem')!r}" if kind in ("loop", "cgroups") else ""
-            raise ValueError(f"{NEEDS_FS} (this target: kind = {kind!r}{fs})")
         data = p.recordcount * p.record_bytes()
-        if isinstance(size, int) and data > size:
-            raise ValueError(f"recordcount x fieldcount x fieldlength = {format_size(data)} of records does not fit "
-                             f"the target's {format_size(size)} (RocksDB needs about twice the data): give the target "
-                             "more size or load fewer records")
+        return Needs(storage=frozenset({"directory"}), capacity=data, memory=p.heap + ycsb_guest.GUEST_OVERHEAD,
+                     apps=frozenset({GUEST_APP}),
+                     why={"storage": "RocksDB keeps its database in a directory",
+                          "capacity": f"recordcount x fieldcount x fieldlength = {format_size(data)} of records, and "
+                                      "RocksDB needs about twice the data; load fewer records",
+                          "memory": f"a {format_size(p.heap)} JVM heap beside "
+                                    f"{format_size(ycsb_guest.GUEST_OVERHEAD)} for the initramfs with Java in it, "
+                                    "RocksDB's memtables and cache; or give the workload a smaller heap",
+                          f"app:{GUEST_APP}": "YCSB's Java client and RocksDB; a guest has no Java runtime otherwise"})
 
     def estimate_seconds(self) -> float:
         p = self.params

@@ -71,7 +71,7 @@ def workload(p: FioGroupsParams) -> ycsb.YcsbWorkload:
 def _home(placement: Placement) -> Path:
     if placement.executor.name != "host" or not placement.directory:
         raise TrialFailed("the YCSB tenant runs on the host, beside the weighted groups, in a directory of the "
-                          "target's filesystem (a cgroups target with filesystem = \"ext4\")")
+                          "target's filesystem; this target offers none")
     return Path(placement.directory) / ycsb.DB_DIR
 
 

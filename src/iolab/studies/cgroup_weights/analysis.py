@@ -14,7 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
-from iolab.analysis.stats import Estimate, mean_ci, ratio_ci
+from iolab.analysis.stats import Estimate
+from iolab.analysis.verdicts import HOLDS, Band, combine
+from iolab.core import metrics
+from iolab.core.metrics import NONNEG, Domain
 from iolab.studies.common import ok_trials
 
 CLASSES = ("100", "200", "400", "800")
@@ -54,29 +57,48 @@ def groups_n(t: dict[str, Any]) -> int:
     return int(t["params"]["_workload"]["groups"])
 
 
-Estimator = Callable[[list[float]], Estimate]
+Estimator = Callable[..., Estimate]  # (values, rel=0.0, domain=...) -> Estimate: RunEstimator.mean
 RatioEstimator = Callable[[list[float], list[float]], Estimate]
+_FIXED = RunEstimator({})  # iolab's default looks, for callers without a run
+mean_ci, ratio_ci = _FIXED.mean, _FIXED.ratio
+
+
+def domain_of(metric: str) -> Domain:
+    """The declared range of one of fio-groups' metrics (tenant metrics included)."""
+    decl = metrics.for_workload({"kind": "fio-groups"}).get(metric)
+    return decl.range if decl is not None else NONNEG
+
+
+def class_verdict(ratio: dict[str, dict[str, Any]]) -> str:
+    """holds / differs / undecided: every weight class's ratio interval inside its ideal ±RATIO_TOL."""
+    return combine(Band(int(c) / 100 * (1 - RATIO_TOL), int(c) / 100 * (1 + RATIO_TOL)).decide(*ratio[c]["ci95"])
+                   for c in CLASSES if c != "100" and ratio[c].get("mean") is not None)
 
 
 def per_n(trials: list[dict[str, Any]], mean: Estimator = mean_ci) -> dict[str, Any]:
-    """by_groups for one controller: estimates over repetitions per N (`mean`: the run's estimator)."""
+    """by_groups for one controller: estimates over repetitions per N (`mean`: the run's estimator),
+    the sharing verdict by where the class ratios' intervals lie, and the break verdict by where
+    the worst share error's interval lies against log2(1.5)."""
     by: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
         by[groups_n(t)].append(t)
     out = {}
     for n in sorted(by):
         ts = by[n]
-        est = {m: mean([t["metrics"][m] for t in ts if m in t["metrics"]]).as_dict() for m in METRICS}
-        ratio = {c: (mean([t["metrics"][f"ratio_{c}"] for t in ts if f"ratio_{c}" in t["metrics"]]).as_dict())
+        est = {m: mean([t["metrics"][m] for t in ts if m in t["metrics"]], domain=domain_of(m)).as_dict()
+               for m in METRICS}
+        ratio = {c: (mean([t["metrics"][f"ratio_{c}"] for t in ts if f"ratio_{c}" in t["metrics"]],
+                          domain=domain_of(f"ratio_{c}")).as_dict())
                  for c in CLASSES}
         flags = sorted({f.split(":")[0] for t in ts for f in t.get("flags", [])})
         details = _one_detail_per_flag(ts)
         err = est["max_abs_log2_error"]
-        holds = all(ratio[c]["mean"] is not None and abs(ratio[c]["mean"] / (int(c) / 100) - 1) <= RATIO_TOL
-                    for c in CLASSES)
+        verdict = class_verdict(ratio)
         out[str(n)] = {
             "class_ratio": ratio, **est, "jain_floor": jain_floor(ts[0]), "flags": flags, "flag_details": details,
-            "holds": holds, "broken": err["mean"] is not None and err["mean"] > BREAK_LOG2,
+            "verdict": verdict, "holds": verdict == HOLDS,
+            "break_verdict": Band(BREAK_LOG2).decide(*err["ci95"]) if err.get("mean") is not None else "undecided",
+            "broken": err["mean"] is not None and err["mean"] > BREAK_LOG2,
             "signals": _signals(ts), "n_trials": len(ts),
         }
     return out
@@ -105,7 +127,8 @@ def _signals(ts: list[dict[str, Any]]) -> dict[str, Any]:
     dev = tgt.get("device", {}) or {}
     iosched = dev.get("iosched", {}) or {}
     w = ts[0]["params"].get("_workload", {})
-    mean = lambda m: mean_ci([t["metrics"][m] for t in ts if m in t["metrics"]]).mean  # noqa: E731
+    mean = lambda m: _FIXED.mean([t["metrics"][m] for t in ts if m in t["metrics"]],  # noqa: E731
+                                 domain=domain_of(m)).mean
     nr = as_int(dev.get("nr_requests"))
     total = mean("iodepth_total")
     return {
@@ -190,7 +213,7 @@ def tenant_findings(trials: list[dict[str, Any]], ctrl: str, mean: Estimator = m
     # the contract's keys always; another latency only where the application reports it (YCSB: p95, update)
     keys = [k for k in TENANT_KEYS if k in ("tenant_ops_s", "tenant_read_p99_us", "tenant_read_p50_us",
                                             "tenant_write_p99_us", "tenant_iops_kernel") or vals(mine, k)]
-    est = lambda ts: {k: mean(vals(ts, k)).as_dict() for k in keys}  # noqa: E731
+    est = lambda ts: {k: mean(vals(ts, k), domain=domain_of(k)).as_dict() for k in keys}  # noqa: E731
     out: dict[str, Any] = {"app": app or tenant_app(mine[0]), "alone": est(alone), "beside": est(beside),
                            "weight": (alone or beside)[0]["params"]["_workload"].get("tenant_weight")}
     for name, k in TENANT_RATIOS.items():
@@ -200,7 +223,8 @@ def tenant_findings(trials: list[dict[str, Any]], ctrl: str, mean: Estimator = m
         g = per_n(beside, mean)
         only = next(iter(g.values()))
         out["groups_beside"] = {"groups": int(next(iter(g))), "class_ratio": only["class_ratio"],
-                                "max_abs_log2_error": only["max_abs_log2_error"], "ratios_hold": only["holds"]}
+                                "max_abs_log2_error": only["max_abs_log2_error"], "verdict": only["verdict"],
+                                "ratios_hold": only["holds"]}
     return out
 
 
@@ -244,7 +268,7 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
     }
     depth1 = sweep_trials(trials, "depth1")
     if depth1:
-        out["depth_check"] = {c: {n: {"class_ratio": v["class_ratio"], "holds": v["holds"],
+        out["depth_check"] = {c: {n: {"class_ratio": v["class_ratio"], "holds": v["holds"], "verdict": v["verdict"],
                                       "max_abs_log2_error": v["max_abs_log2_error"],
                                       "aggregate_iops": v["aggregate_iops"]}
                                   for n, v in per_n([t for t in depth1 if controller_of(t) == c], mean).items()}
@@ -270,7 +294,7 @@ def _work_conservation(trials: list[dict[str, Any]], main: str, mean: Estimator 
         a = [t["metrics"]["aggregate_iops"] for t in sweep if groups_n(t) == n and controller_of(t) == main]
         b = [t["metrics"]["aggregate_iops"] for t in sweep if groups_n(t) == n and controller_of(t) == "none"]
         if a and b:
-            out[str(n)] = {main: mean(a).as_dict("IOPS"), "none": mean(b).as_dict("IOPS"),
+            out[str(n)] = {main: mean(a, domain=NONNEG).as_dict("IOPS"), "none": mean(b, domain=NONNEG).as_dict("IOPS"),
                            "ratio": ratio(a, b).as_dict()}
     return out
 

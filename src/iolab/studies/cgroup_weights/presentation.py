@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from iolab.report.model import Chart, Note, Section, Series, Table
+from iolab.analysis.verdicts import DIFFERS, HOLDS
+from iolab.report.model import Chart, Note, Section, Series, Table, Tag, Tone
 from iolab.studies.cgroup_weights.analysis import (
     BREAK_LOG2,
     CLASSES,
@@ -53,6 +54,14 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     return summary, sections
 
 
+def _verdict_tag(v: dict[str, Any]) -> Tag:
+    """The class ratios' verdict (holds / differs / undecided: where their intervals lie against the
+    weights ±15 %); runs stored before the verdicts had only a yes/no on the means."""
+    verdict = v.get("verdict") or (HOLDS if v.get("holds", v.get("ratios_hold")) else DIFFERS)
+    tone: Tone = "good" if verdict == HOLDS else "bad" if verdict == DIFFERS else "warn"
+    return Tag(verdict, tone)
+
+
 def _summary(f: dict[str, Any]) -> list[str]:
     main, by = f.get("controller"), f.get("by_groups") or {}
     lines = [f"controller {main} ({f.get('backend')}, cgroup v{f.get('cgroup_version')})"]
@@ -61,7 +70,8 @@ def _summary(f: dict[str, Any]) -> list[str]:
     for n, v in by.items():
         r = v["class_ratio"]
         lines.append(f"N={n}: ratios 1 : " + " : ".join(_num(r[c]["mean"]) for c in CLASSES[1:])
-                     + f" (ideal 1 : 2 : 4 : 8), worst share error x{2 ** (v['max_abs_log2_error']['mean'] or 0):.2f}"
+                     + f" (ideal 1 : 2 : 4 : 8; within ±15 %: {_verdict_tag(v).text})"
+                     + f", worst share error x{2 ** (v['max_abs_log2_error']['mean'] or 0):.2f}"
                      + (f" (flags: {', '.join(v['flags'])})" if v["flags"] else ""))
     bn = f.get("breakdown_n")
     if by:
@@ -107,7 +117,8 @@ def _ratio_section(ctrl: str, cf: dict[str, Any]) -> Section:
                   "IOPS / IOPS of weight 100",
                   series, x_log2=True, y_log=True, ref_lines=[(2, "2"), (4, "4"), (8, "8")], notes=notes + [
                       Note("Per-group IOPS of each weight class over that of the weight-100 class, from the kernel's "
-                           "per-group counters in the steady window; mean over repetitions with 95% CI band.")])
+                           "per-group counters in the steady window; median over repetitions with its 95% "
+                           "interval band.")])
     return Section(f"Class ratio vs N: {ctrl}", [chart])
 
 
@@ -115,7 +126,8 @@ def _headline_section(f: dict[str, Any], main: str) -> Section:
     by = f["by_groups"]
     wc = f.get("work_conservation") or {}
     cols = ["N", "200/100", "400/100", "800/100", "worst |log2| err", "min share (of entitled)",
-            "Jain (floor if ignored)", "aggregate IOPS", f"IOPS {main}/none", "generator CPU", "machine CPU", "holds"]
+            "Jain (floor if ignored)", "aggregate IOPS", f"IOPS {main}/none", "generator CPU", "machine CPU",
+            "ratios ±15 %"]
     rows, notes = [], []
     for n, v in by.items():
         r = v["class_ratio"]
@@ -123,15 +135,15 @@ def _headline_section(f: dict[str, Any], main: str) -> Section:
                      fmt_est(v["min_share"]), f"{_num(v['jain']['mean'])} ({v['jain_floor']:.3f})",
                      fmt_est(v["aggregate_iops"]), fmt_est(wc.get(n, {}).get("ratio")),
                      fmt_est(v["generator_cpu_busy"]), fmt_est(v["machine_cpu_busy"]),
-                     "yes" if v["holds"] else "NO"])
+                     _verdict_tag(v)])
         if "generator_cpu_bound" in v["flags"] or "cpu_saturated" in v["flags"]:
             label = "generator CPU-bound" if "generator_cpu_bound" in v["flags"] else "CPUs saturated"
             notes.append(Note(f"N={n}: {label} — " + "; ".join(d for d in v["flag_details"] if "cpu" in d), "warn"))
     notes.append(Note(f"Jain's index is on weight-normalised shares; with 1:2:4:8 weights an equal split "
                       f"(weights ignored) still scores {next(iter(by.values()))['jain_floor']:.3f}, "
                       "so read it only beside the ratios."))
-    return Section(f"Headline per N ({main})", [Table(f"Weight adherence per N under {main} (mean ± 95% CI)", cols,
-                                                      rows, notes=notes)])
+    title = f"Weight adherence per N under {main} (median and its 95% interval)"
+    return Section(f"Headline per N ({main})", [Table(title, cols, rows, notes=notes)])
 
 
 def _worst_share_chart(doc: dict[str, Any], f: dict[str, Any], main: str) -> Chart | None:
@@ -154,7 +166,7 @@ def _break_section(f: dict[str, Any]) -> Section:
     blocks: list[Any] = []
     intro = (f"Break point: the smallest N whose mean worst per-group |log2(observed share / weight share)| exceeds "
              f"log2(1.5) = {BREAK_LOG2:.3f} (some group got 1.5x or 1/1.5 of its entitled share). "
-             f"95% CI bracket [largest N surely held, smallest N surely broken]: {f.get('breakdown_bracket')}.")
+             f"95% interval bracket [largest N surely held, smallest N surely broken]: {f.get('breakdown_bracket')}.")
     if bn is None or not sig:
         blocks.append(Note("No N exceeded the threshold."))
         return Section("Break point and why", blocks, intro=intro)
@@ -193,10 +205,11 @@ def _break_section(f: dict[str, Any]) -> Section:
 def _depth_section(dc: dict[str, Any]) -> Section:
     rows = [[ctrl, n, fmt_est(v["class_ratio"]["200"]), fmt_est(v["class_ratio"]["400"]),
              fmt_est(v["class_ratio"]["800"]), fmt_est(v["max_abs_log2_error"]), fmt_est(v["aggregate_iops"]),
-             "yes" if v["holds"] else "NO"] for ctrl, per in dc.items() for n, v in per.items()]
+             _verdict_tag(v)] for ctrl, per in dc.items() for n, v in per.items()]
     return Section("Diagnostic: the same N at iodepth 1", [Table(
-        "iodepth 1 per group, so N x iodepth stays below nr_requests (mean ± 95% CI)",
-        ["controller", "N", "200/100", "400/100", "800/100", "worst |log2| err", "aggregate IOPS", "holds"], rows)],
+        "iodepth 1 per group, so N x iodepth stays below nr_requests (median and its 95% interval)",
+        ["controller", "N", "200/100", "400/100", "800/100", "worst |log2| err", "aggregate IOPS", "ratios ±15 %"],
+        rows)],
         intro="If the break comes from BFQ's per-group request limit (nr_requests x w / sum w) falling below the "
               "groups' iodepth, iodepth 1 must restore the ratios until that limit itself reaches 1 request.")
 
@@ -244,24 +257,25 @@ def _tenant_section(app: str, per: dict[str, Any], ref: dict[str, Any]) -> Secti
                           "reference, not a value this machine's device should reproduce; the ratios below are "
                           "what carries over."))
     weight = next(iter(per.values())).get("weight")
-    blocks: list[Any] = [Table(f"{WHAT.get(app, title)} in its own group, weight {weight} (mean ± 95% CI)",
+    blocks: list[Any] = [Table(f"{WHAT.get(app, title)} in its own group, weight {weight} (median, 95% interval)",
                                ["controller", "run", "ops/s", *shown, "device IOPS (kernel)"], rows, notes=notes)]
     ratio_cols = {c: k for c, k in RATIO_COLUMNS.items() if any(k in t for t in per.values())}
     rrows = [[ctrl, *(fmt_est(t.get(k)) for k in ratio_cols.values())] for ctrl, t in per.items()]
-    blocks.append(Table(f"{title}: beside the groups / alone (ratio, 95% CI)", ["controller", *ratio_cols], rrows))
+    blocks.append(Table(f"{title}: beside the groups / alone (ratio of medians, 95% interval)",
+                        ["controller", *ratio_cols], rrows))
     grows = []
     for ctrl, t in per.items():
         g = t.get("groups_beside")
         if g:
             r = g["class_ratio"]
             grows.append([ctrl, str(g["groups"]), *(fmt_est(r[c]) for c in CLASSES[1:]),
-                          fmt_est(g["max_abs_log2_error"]), "yes" if g["ratios_hold"] else "NO"])
+                          fmt_est(g["max_abs_log2_error"]), _verdict_tag(g)])
     if grows:
         if r4:
             grows.append(["R4 (published)", "4", *(f"{ref['class_ratio'][c]:g}" for c in CLASSES[1:]), "–", "yes"])
-        blocks.append(Table(f"The weighted groups beside {title}: class IOPS ratios (mean ± 95% CI; ideal 2, 4, 8)",
-                            ["controller", "groups", "200/100", "400/100", "800/100", "worst |log2| err", "holds"],
-                            grows))
+        blocks.append(Table(f"The weighted groups beside {title}: class IOPS ratios (median, 95% interval; "
+                            "ideal 2, 4, 8)", ["controller", "groups", "200/100", "400/100", "800/100",
+                                               "worst |log2| err", "ratios ±15 %"], grows))
     return Section(f"A real application beside the groups ({title})", blocks,
                    intro="R4's second experiment: a database in its own weighted group, alone and beside the "
                          "weighted fio groups, released together. Beside, the groups run until the application's "

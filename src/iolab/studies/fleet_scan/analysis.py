@@ -109,7 +109,7 @@ def _scale(design_first: int, design_last: int) -> tuple[float, float]:
     runner's own intervals would exclude the band too."""
     if design_first == design_last:
         return ALPHA, 1.0
-    a = calibration.per_look_alpha(design_first, design_last)
+    a = calibration.simultaneous_t_alpha(design_first, design_last)
     return a, ALPHA / a
 
 

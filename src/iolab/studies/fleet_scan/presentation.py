@@ -76,7 +76,7 @@ def _value_table(f: dict[str, Any]) -> Table:
     cols = ["host"] + [f"{p} ({UNITS.get(f['metric_of'][p], f['metric_of'][p])})" for p in f["patterns"]]
     rows = [[h] + [fmt_est((f["per_host"][p].get(h) or {}).get("estimate")) for p in f["patterns"]]
             for h in f["hosts"]]
-    return Table("Each host's own result (mean ± 95% interval)", cols, rows, notes=[Note(
+    return Table("Each host's own result (median and its 95% interval)", cols, rows, notes=[Note(
         "These intervals include what changed from trial to trial for every host at once; the ratios above do not.")])
 
 
@@ -123,9 +123,10 @@ def _clock_table(f: dict[str, Any]) -> Table:
     return Table("Clocks: each host's time minus this machine's, measured before load (ms)", ["host", "skew ms"],
                  rows, notes=[Note(f"spread between hosts: {spread:.1f} ms" if spread is not None else
                                    "spread between hosts: not measured"),
-                              Note("Read low by the probe result's delivery time (tens of ms on one machine), a "
-                                   "bias hosts on similar networks share; starts are placed on this machine's clock "
-                                   "with it.")])
+                              Note("0 for a host on this machine's clock (a unix socket, loopback, same_machine); "
+                                   "else the minimum-delay estimate of several probes before load, low by the "
+                                   "fastest probe's delivery time, and measured again through the scan (each trial's "
+                                   "own value is in its facts, fleet_clock_skew_ms; docs/fleet.md).")])
 
 
 def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Section]]:

@@ -16,9 +16,9 @@ NAME = "fleet-scan"
 SUMMARY = "every host of a fleet: 4k randread QD1/QD32, 1M seq read/write; which hosts are outliers, by how much"
 NEEDS_HOSTS = True  # the CLI asks for --hosts FILE and puts its [[hosts]] into target.hosts
 EXAMPLE_HOSTS: list[dict[str, Any]] = [
-    {"name": "rack1_07", "address": "10.0.4.7", "port": 8765, "device": "/dev/nvme1n1"},
-    {"name": "rack1_08", "address": "10.0.4.8", "port": 8765, "device": "/dev/nvme1n1"},
-    {"name": "rack1_09", "address": "10.0.4.9", "port": 8765, "device": "/dev/nvme1n1"},
+    {"name": "rack1_07", "address": "192.0.2.7", "port": 8765, "device": "/dev/nvme1n1"},
+    {"name": "rack1_08", "address": "192.0.2.8", "port": 8765, "device": "/dev/nvme1n1"},
+    {"name": "rack1_09", "address": "192.0.2.9", "port": 8765, "device": "/dev/nvme1n1"},
 ]
 TOLERANCE = 0.05  # a host within ±5 % of the fleet median is never named, however tight its interval
 

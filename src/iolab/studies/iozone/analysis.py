@@ -1,4 +1,4 @@
-"""iozone's analysis (pure): KB/s per system, test and record, the harmonic mean over repetitions
+"""iozone's analysis (pure): KB/s per system, test and record, the median over repetitions
 (virtio reuses `kbps_findings` for its guests)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def kbps_findings(doc: dict[str, Any]) -> dict[str, Any]:
     for t in trials:
         w = t["params"]["_workload"]
         t["params"].update(system=system_of(t), test=w["test"], record=size_label(w["record"]).lower())
-    # a fixed amount of data per trial: harmonic mean, with the interval adaptive stopping calls for
+    # the median (the rate of the median time for the fixed data), with the interval adaptive stopping calls for
     # and widened by fio's millisecond clock where a pass was short (docs/statistics.md, "Resolution")
     keys = ["system", "test", "record"]
     return nested(group_values(trials, keys, "kbps"), RunEstimator(doc).harmonic, unit="KB/s",

@@ -35,7 +35,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     if host.get("write", {}).get("4k") and host.get("write", {}).get("4m"):
         ratio = host["write"]["4m"]["mean"] / host["write"]["4k"]["mean"]
         summary.append(f"4m records write {ratio:.1f}x faster than 4k (R1 host: 4.4x)")
-    table = kbps_table(kbps, "KB/s (mean ± 95% CI), shaped like R1's table")
+    table = kbps_table(kbps, "KB/s (median and its 95% interval), shaped like R1's table")
     table.notes += [n for n in [resolution_note(ok_trials(doc), "kbps")] if n]
     ref = Table("R1's published host row (SATA SSD), for the shape", ["record"] + TESTS,
                 [[rec] + [f"{v:,}" for v in vals] for rec, vals in R1_HOST.items()],

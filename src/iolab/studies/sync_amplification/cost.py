@@ -12,12 +12,14 @@ its class: "large" (R3 >= +20 %: the measured ratio is >= 1.2) or "small" (the r
 within [1/1.2, 1.2]). Removing the syncs is not a barrier (a barrier still orders; raw has
 nothing to order), so only the class is compared, never the exact percentage.
 
-Intervals: every ratio has the run's adaptive-stopping interval (RunEstimator). The
-verdicts form one family, so each verdict reads a wider, simultaneous interval: Bonferroni
-over the verdicts and over the looks of the stopping rule (tail 0.05 / (verdicts x looks)),
-which keeps the family's 95 % whatever the correlation. Fixed-work applications (dd,
-Mobibench: a set number of writes per trial) compare by mean time per write, i.e. the ratio
-of harmonic means; time-based ones (varmail) by mean rate.
+Intervals: every ratio is the ratio of the two configurations' medians with the run's
+adaptive-stopping interval (RunEstimator, MOVER). The verdicts form one family, so each
+verdict reads a wider interval: Bonferroni over the verdicts (each at α'/verdicts), which keeps
+the family's 95 % whatever the correlation; the reproduce page recomputes them at its own,
+larger family (`verdict_rows`). Each verdict is holds / differs / undecided by where its
+interval lies (analysis/verdicts.py); an undecided one says how many more repetitions would
+likely decide it. The median of a rate is the rate of the median time, so fixed-work (dd,
+Mobibench, YCSB) and time-based (varmail) applications are compared alike.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from iolab.analysis.sequential import RunEstimator, aggregate_ratio
-from iolab.analysis.stats import Estimate, ratio_ci
+from iolab.analysis.stats import Estimate
 from iolab.analysis.trials import relative_resolution
+from iolab.analysis.verdicts import DIFFERS, HOLDS, PROJECT_MAX, UNDECIDED, UNTESTABLE, Band, Decision
 from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification.spec import APPS, COST_BASELINE, COST_VARIANTS
 
@@ -84,24 +87,66 @@ def claim_class(r3_gain_pct: float) -> str:
     return "large" if 1 + r3_gain_pct / 100 >= LARGE else "small"
 
 
+def band_of(cls: str) -> Band:
+    """R3's class as a band on the ratio: large gains reach ×1.2, small ones stay within ×1.2 either way."""
+    return Band(LARGE) if cls == "large" else Band(1 / LARGE, LARGE)
+
+
 def verdict(e: Estimate, cls: str, tcg: bool) -> tuple[str, str]:
     """(holds | differs | undecided | not testable here, the reason in one sentence)."""
     if tcg:
-        return "not testable here", "under TCG the emulated CPU, not the disk, sets the speed (counts still hold)"
-    if not (e.n >= 2 and e.lo == e.lo and e.hi == e.hi) or e.hi == float("inf"):
-        return "undecided", "too few repetitions for an interval"
-    span = f"[{e.lo:.2f}, {e.hi:.2f}]"
+        return UNTESTABLE, "under TCG the emulated CPU, not the disk, sets the speed (counts still hold)"
+    said = band_of(cls).decide(e.lo, e.hi)
+    hi = "∞" if e.hi == float("inf") else f"{e.hi:.2f}"
+    span = f"[{e.lo:.2f}, {hi}]"
     if cls == "large":
-        if e.lo >= LARGE:
-            return "holds", f"the whole interval {span} is a gain of at least {LARGE - 1:.0%}, as R3's"
-        if e.hi < LARGE:
-            return "differs", f"the interval {span} stays below a {LARGE - 1:.0%} gain: the syncs cost little here"
-        return "undecided", f"the interval {span} straddles {LARGE:.1f}"
-    if 1 / LARGE <= e.lo and e.hi <= LARGE:
-        return "holds", f"the whole interval {span} is within a factor {LARGE:.1f}: a small effect, as R3's"
-    if e.lo > LARGE or e.hi < 1 / LARGE:
-        return "differs", f"the interval {span} lies beyond a factor {LARGE:.1f}: the syncs matter more here"
-    return "undecided", f"the interval {span} is wider than the band [{1 / LARGE:.2f}, {LARGE:.2f}]"
+        return said, {HOLDS: f"the whole interval {span} is a gain of at least {LARGE - 1:.0%}, as R3's",
+                      DIFFERS: f"the interval {span} stays below a {LARGE - 1:.0%} gain: the syncs cost little here",
+                      UNDECIDED: f"the interval {span} straddles {LARGE:.1f}"}[said]
+    return said, {HOLDS: f"the whole interval {span} is within a factor {LARGE:.1f}: a small effect, as R3's",
+                  DIFFERS: f"the interval {span} lies beyond a factor {LARGE:.1f}: the syncs matter more here",
+                  UNDECIDED: f"the interval {span} reaches beyond the band [{1 / LARGE:.2f}, {LARGE:.2f}]"}[said]
+
+
+def _pairs(doc: dict[str, Any]) -> list[tuple[str, str, list[float], list[float]]]:
+    """(app, configuration, its throughputs, the baseline's) for every configuration measured against it."""
+    out = []
+    for app, spec in APPS.items():
+        metric = THROUGHPUT[spec["workload"]["kind"]][0]
+        base = _values(_app_trials(doc, app, COST_BASELINE), metric)
+        for variant in COST_VARIANTS:
+            thr = _values(_app_trials(doc, app, variant), metric)
+            if variant != COST_BASELINE and thr and base:
+                out.append((app, variant, thr, base))
+    return out
+
+
+def verdict_rows(doc: dict[str, Any], tcg: bool, family: int | None = None) -> list[dict[str, Any]]:
+    """R3's claim against each measured configuration: the ratio at α'/family (default: the number of
+    verdicts here), its verdict, the reason and, when undecided, what would decide it."""
+    pairs = _pairs(doc)
+    est = RunEstimator(doc, family or max(len(pairs), 1))
+    out = []
+    for app, variant, thr, base in pairs:
+        spec = APPS[app]
+        e = est.ratio(thr, base)
+        cls = claim_class(spec["r3_gain_pct"])
+        said, why = verdict(e, cls, tcg)
+        decide = None
+        if said == UNDECIDED:
+            decide = Decision(next((k for k in range(1, max(PROJECT_MAX - e.n, 0) + 1)
+                                    if band_of(cls).decide(*_ends(est.projected_ratio(thr, base, k))) != UNDECIDED),
+                                   None), (f"{app} on {variant}", f"{app} on {COST_BASELINE}"))
+            why += "; " + decide.words()
+        out.append({"app": app, "r3_name": spec["r3"], "r3_gain_pct": spec["r3_gain_pct"], "configuration": variant,
+                    "claim": cls, "measured": e.as_dict(),
+                    "measured_gain_pct": None if e.mean != e.mean else round((e.mean - 1) * 100, 1),
+                    "verdict": said, "reason": why, "decide": decide})
+    return out
+
+
+def _ends(e: Estimate) -> tuple[float, float]:
+    return e.lo, e.hi
 
 
 def analyze_cost(doc: dict[str, Any], tcg: bool) -> dict[str, Any] | None:
@@ -122,38 +167,25 @@ def analyze_cost(doc: dict[str, Any], tcg: bool) -> dict[str, Any] | None:
             lat = [v for t in ts if (v := _latency_us(kind, t["metrics"])) is not None]
             row: dict[str, Any] = {
                 "app": app, "r3_name": spec["r3"], "configuration": variant, "trials": len(ts),
-                "throughput": est.of("harmonic" if fixed else "mean", thr,
-                                     relative_resolution(ts, metric)).as_dict(unit) if thr else None,
-                "latency_us": est.mean(lat).as_dict("µs") if lat else None,
+                "throughput": est.estimate(thr, rel=relative_resolution(ts, metric)).as_dict(unit) if thr else None,
+                "latency_us": est.estimate(lat).as_dict("µs") if lat else None,
                 "flags": sorted({f for t in ts for f in (t.get("flags") or [])}),
             }
             if variant != COST_BASELINE and thr and base_thr:
                 row["throughput_vs_baseline"] = throughput_ratio(thr, base_thr, fixed, est.ratio).as_dict()
                 row["latency_vs_baseline"] = est.ratio(lat, base_lat).as_dict() if lat and base_lat else None
-                row["_thr"], row["_base"], row["_fixed"] = thr, base_thr, fixed
             rows.append(row)
     if not rows:
         return None
-    vs = [r for r in rows if "_thr" in r]
-    looks = est.design.last - est.design.first + 1
-    tail = FAMILY_ALPHA / (max(len(vs), 1) * looks)
-    against = []
-    for r in vs:
-        spec = APPS[r["app"]]
-        method = f"log-delta-welch bonferroni/{len(vs)}x{looks}"
-        e = throughput_ratio(r.pop("_thr"), r.pop("_base"), r.pop("_fixed"),
-                             lambda a, b, m=method: ratio_ci(a, b, tail=tail, method=m))
-        cls = claim_class(spec["r3_gain_pct"])
-        said, why = verdict(e, cls, tcg)
-        against.append({"app": r["app"], "r3_name": spec["r3"], "r3_gain_pct": spec["r3_gain_pct"],
-                        "configuration": r["configuration"], "claim": cls, "measured": e.as_dict(),
-                        "measured_gain_pct": None if e.mean != e.mean else round((e.mean - 1) * 100, 1),
-                        "verdict": said, "reason": why})
+    against = verdict_rows(doc, tcg)
+    for a in against:
+        a["decide"] = a["decide"].as_dict() if a["decide"] else None
     measured = {r["app"] for r in rows}
     not_run = [{"r3_name": spec["r3"], "r3_gain_pct": spec["r3_gain_pct"],
                 "reason": spec.get("why_not_quick", "not part of this run") if _not_planned(doc, app) else
                 "no successful trial on the default qcow2 or a configuration without the syncs"}
                for app, spec in APPS.items() if app not in measured]
     return {"baseline": COST_BASELINE, "rows": rows, "against_r3": against, "not_measured": not_run,
-            "family": {"verdicts": len(vs), "looks": looks, "tail": tail, "method": "Bonferroni over verdicts x looks"},
+            "family": {"verdicts": len(against), "tail": est.design.alpha / max(len(against), 1),
+                       "method": "Bonferroni over the verdicts: the design's tail / verdicts each"},
             "large_threshold": LARGE}

@@ -140,7 +140,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     warn = [Note("Guests ran under TCG software emulation: throughput includes instruction emulation and is "
                  "NOT representative of KVM. The counts above do not depend on CPU speed.", "warn")] if tcg else []
     thr_rows = [[variant(r), r["pattern"], r["guest_fs"], fmt_est(r["syncs_per_s"])] for r in f["throughput"]]
-    thr_table = Table("Write+sync pairs per second (mean ± 95% CI)" + (" — TCG" if tcg else ""),
+    thr_table = Table("Write+sync pairs per second (median and its 95% interval)" + (" — TCG" if tcg else ""),
                       ["configuration", "pattern", "guest fs", "syncs/s"], thr_rows, notes=warn)
     rec_cols = sorted({(r["pattern"], r["guest_fs"]) for r in amp},
                       key=lambda c: (PATTERNS.index(c[0]) if c[0] in PATTERNS else 9, c[1] != "none", c[1]))
@@ -185,8 +185,8 @@ def _cost_chart(cost: dict[str, Any], tcg: bool) -> Chart | None:
         lo = [by[a]["ci95"][0] if a in by else None for a in apps]
         hi = [by[a]["ci95"][1] if a in by else None for a in apps]
         series.append(Series(conf, apps, ys, lo, hi))
-    return Chart(f"Throughput against default {cost['baseline']} (95% CI)" + (" — TCG: not the disk's speed" if tcg
-                                                                             else ""),
+    return Chart(f"Throughput against default {cost['baseline']} (median ratio, 95% interval)"
+                 + (" — TCG: not the disk's speed" if tcg else ""),
                  "bar", "application (guest ext4)", f"throughput / {cost['baseline']}", series,
                  ref_lines=[(1.0, f"same as {cost['baseline']}"), (1.2, "R3's 'large' gain (+20 %)")])
 
@@ -209,13 +209,14 @@ def _cost_section(cost: dict[str, Any], tcg: bool) -> Section:
     warn = [Note("Guests ran under TCG software emulation: these speeds are the emulated CPU's, not the disk's; "
                  "the verdicts below are 'not testable here'. Run on a machine with KVM.", "warn")] if tcg else []
     table = Table(f"What the syncs cost: R3's applications on the guest ext4, change against default {base}",
-                  ["application", "configuration", "throughput", f"throughput vs {base} [95% CI]", "mean latency (µs)",
-                   f"latency vs {base} [95% CI]", "flags"], rows,
+                  ["application", "configuration", "throughput", f"throughput vs {base} [95% interval]",
+                   "latency (µs)", f"latency vs {base} [95% interval]", "flags"], rows,
                   notes=[*warn, Note("Measured without the syscall tracer (it slows exactly the syncs being priced): "
                                      "these trials run apart from the counted ones. dd and Mobibench make a fixed "
-                                     "number of 64 KiB durable writes per trial (throughput: durable writes/s, the "
-                                     "harmonic mean; latency: one write plus its fdatasync); varmail runs for a set "
-                                     "time (operations/s; latency: all its operations).")])
+                                     "number of 64 KiB durable writes per trial (throughput: durable writes/s; "
+                                     "latency: one write plus its fdatasync); varmail runs for a set time "
+                                     "(operations/s; latency: all its operations). Each figure is the median of the "
+                                     "repetitions.")])
     fam = cost["family"]
     chart = _cost_chart(cost, tcg)
     against = [[a["r3_name"], f"{a['r3_gain_pct']:+.1f} % ({a['claim']})",
@@ -224,15 +225,16 @@ def _cost_section(cost: dict[str, Any], tcg: bool) -> Section:
     against += [[n["r3_name"], f"{n['r3_gain_pct']:+.1f} %", "not measured", "–", n["reason"]]
                 for n in cost["not_measured"]]
     r3 = Table("Against R3: the configurations without qcow2's ordering syncs in the role of R3's barrier QEMU",
-               ["R3 workload", "R3: barrier vs stock (claim)", f"here, vs {base} [simultaneous 95% CI]", "verdict",
+               ["R3 workload", "R3: barrier vs stock (claim)", f"here, vs {base} [family interval]", "verdict",
                 "reason"], against,
                notes=[Note(f"R3's finding is about size: dd append gains a lot when ordering gets cheaper (large: "
                            f"at least +20 %), the others little (small: within x1.2 either way); each verdict checks "
                            f"that class, not the exact percentage (raw or lazy refcounts "
                            f"remove the syncs, R3's barrier only makes them cheaper; R3 ran an SSD, QEMU 2.1.2). The "
                            f"{fam['verdicts']} verdicts are one family: each reads an interval at tail "
-                           f"{fam['tail']:.2g} (Bonferroni over {fam['verdicts']} verdicts x {fam['looks']} look(s) "
-                           f"of the stopping rule), so all hold together with 95 %.")])
+                           f"{fam['tail']:.2g} (Bonferroni over the {fam['verdicts']} verdicts), so the chance that "
+                           "any holds or differs here is wrong is at most 5 %; undecided ones say how many more "
+                           "repetitions would likely decide them.")])
     return Section("Cost", [*([chart] if chart else []), table, r3], intro=(
         "What the extra syncs cost an application: R3's workloads in the guest, on the configurations that keep "
         f"qcow2's ordering syncs ({base}) or remove them (raw, lazy refcounts, preallocation), and R3's published "

@@ -1,5 +1,5 @@
 """virtio's analysis (pure): iozone's KB/s per system, every guest cell over the host cell of
-the same run (a ratio with its 95 % CI), and the layers of the virtual disk from the device up
+the same run (the ratio of the two medians with its interval), and the layers of the virtual disk from the device up
 (layers.py: what each costs over the one below, which rows hold under TCG)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
         host = values.get(("host", test, record))
         if system == "host" or not host:
             continue
-        # the ratio of the harmonic means the kbps table shows (fixed bytes per trial)
+        # the ratio of the medians the kbps table shows
         r = est.ratio_of("harmonic", vals, host, (rels[system, test, record], rels["host", test, record]))
         ratios.setdefault(system, {}).setdefault(test, {})[record] = r.as_dict()
     return {"accel": accel, "kbps": kbps, "ratio_vs_host": ratios, "layers": layers}

@@ -11,10 +11,10 @@ row under it, with the same sequential pattern, record size, depth and bytes:
   qemu-qcow2      the same with a qcow2 image file: the format
   <bus>           iozone in a guest whose raw image file sits in ext4: device model + guest
 
-Each row's throughput is the harmonic mean over its repetitions (each trial moves fixed
-bytes), and its cost is its throughput over the row below: the ratio of the two harmonic
-means, from the run's own `RunEstimator.ratio` on seconds per byte (mean(1/below) /
-mean(1/row)), so the ratio agrees with the throughputs shown. Host-side rows hold under TCG;
+Each row's throughput is the median over its repetitions (the same number as the median
+time for its fixed bytes), and its cost is its throughput over the row below: the ratio of
+the two medians with the run's own `RunEstimator.ratio` (MOVER), so the ratio agrees with the
+throughputs shown. Host-side rows hold under TCG;
 guest rows need KVM.
 """
 

@@ -32,7 +32,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
                              for rec in RECORDS for s in systems]
     short = [n for n in [resolution_note(
         [t for t in ok_trials(doc) if t["params"]["_workload"].get("kind") == "iozone"], "kbps")] if n]
-    ratio_table = Table("Guest / host (ratio of means, 95% CI)", ["record", "system"] + TESTS, rows,
+    ratio_table = Table("Guest / host (ratio of medians, 95% interval)", ["record", "system"] + TESTS, rows,
                         notes=list(warn) + short)
     chart = Chart("Throughput relative to the host, by record size (write)", "bar", "record", "guest / host",
                   [Series(s, RECORDS,
@@ -42,7 +42,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
                           [(ratios[s].get("write", {}).get(r, {}).get("ci95") or [None, None])[1]
                            for r in RECORDS]) for s in systems],
                   ref_lines=[(1.0, "host")], notes=list(warn))
-    kb_table = iozone_presentation.kbps_table(f["kbps"], "KB/s (mean ± 95% CI), shaped like R1's table")
+    kb_table = iozone_presentation.kbps_table(f["kbps"], "KB/s (median and its 95% interval), shaped like R1's table")
     kb_table.notes = list(warn) + short
     layer_summary, layer_section = present_layers(f.get("layers") or {}, tcg)
     return summary + layer_summary, [
@@ -98,9 +98,9 @@ def present_layers(lay: dict[str, Any], tcg: bool) -> tuple[list[str], list[Sect
                 summary.append(f"{rows[n]['layer']} / {rows[rows[n]['below']]['layer']}: write at {rec} records "
                                f"= {r['mean']:.2f}x (host side, holds under TCG)")
     return summary, [Section("Layers of the virtual disk", [
-        Table("Throughput per layer (MiB/s, harmonic mean ± 95% CI)",
+        Table("Throughput per layer (MiB/s, median and its 95% interval)",
               ["record", "layer", "tool", *LAYER_TESTS, "on this machine"], mib_rows, notes=list(notes)),
-        Table("What each layer costs: its throughput over the layer below (ratio, 95% CI)",
+        Table("What each layer costs: its throughput over the layer below (ratio of medians, 95% interval)",
               ["record", "layer", "over", *LAYER_TESTS, "on this machine"], cost_rows, notes=list(notes)),
         *charts,
     ], intro=(

@@ -50,8 +50,8 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     return summary, [
         Section("Guest vs host", [*warn, *charts], layout="grid", intro=(
             "Each bar is a guest's performance relative to the host (1 = host; higher is better for every "
-            "metric: for prime-counting times the ratio is inverted), on a log scale. Whiskers: 95% CI of "
-            "the ratio of means.")),
+            "metric: for prime-counting times the ratio is inverted), on a log scale. Whiskers: 95% interval of "
+            "the ratio of medians.")),
         Section("Measured values", [*_values_table(f, systems), *_part_notes(), *_method_notes(f)]),
     ]
 
@@ -77,8 +77,8 @@ def _values_table(f: dict[str, Any], guests: list[str]) -> list[Table]:
             values.append([label, *[fmt_est(f["table"].get(s, {}).get(m.name)) for s in f["systems"]]])
             ratios.append([label, *[fmt_est(relative(f["ratio_vs_host"].get(g, {}).get(m.name), m.higher_is_better))
                                     for g in guests]])
-    return [Table("Every metric (mean ± 95% CI)", ["metric", *f["systems"]], values),
-            Table("Each guest relative to the host (higher = better; ratio of means, 95% CI)",
+    return [Table("Every metric (median and its 95% interval)", ["metric", *f["systems"]], values),
+            Table("Each guest relative to the host (higher = better; ratio of medians, 95% interval)",
                   ["metric", *[f"{g} / host" for g in guests]], ratios)]
 
 

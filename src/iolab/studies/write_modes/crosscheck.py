@@ -5,9 +5,12 @@ Like for like: both append to a new file (the fio trials run with `fresh_file`),
 mode, block size and amount of data. Each side's evidence comes from its own trials: the
 file's layout (append, or overwrite of bytes that existed), journal commits per write (probe
 `fs_journal`), device flushes per write (probe `host_disk`) and the confounders flagged. The
-verdict comes from the 95 % CI of the throughput ratio: `agrees` when the whole interval lies
-within ±25 % (0.80–1.25), `differs` when it lies wholly outside, `inconclusive` otherwise.
-Every row carries a reason in words, built only from those measurements.
+verdict (analysis/verdicts.py) comes from the interval of the throughput ratio (of the two
+medians): `holds` (the helper agrees with fio) when the whole interval lies within ±25 %
+(0.80–1.25), `differs` when it lies wholly outside, `undecided` otherwise, with how many
+more repetitions would likely decide it. The rows are one family: each interval is computed
+at 1/rows of the design's tail (Bonferroni). Every row carries a reason in words, built only
+from those measurements.
 
 Pure: works on the results document (docs/results.md), so it is tested on stored data.
 """
@@ -18,9 +21,10 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from iolab.analysis.sequential import RunEstimator, aggregate_ratio
-from iolab.analysis.stats import harmonic_mean_ci, ratio_ci, ratio_with_resolution, with_resolution
+from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.stats import harmonic_mean_ci
 from iolab.analysis.trials import relative_resolution
+from iolab.analysis.verdicts import HOLDS, PROJECT_MAX, UNDECIDED, Band, Decision
 
 TOLERANCE = 0.25  # agreement band: helper/fio within [1/1.25, 1.25]
 SAME_RATE = 0.2   # commits (or flushes) per write closer than this (relative) count as the same
@@ -75,10 +79,13 @@ def _fio_layout(t: dict[str, Any]) -> str:
     return f"overwrite:{before}" if before > 0 else "append"
 
 
+BAND = Band(1 / (1 + TOLERANCE), 1 + TOLERANCE)
+
+
 def crosscheck(trials: list[dict[str, Any]], helper_trials: list[dict[str, Any]],
                est: RunEstimator | None = None) -> list[dict[str, Any]]:
     """One row per (mode, bs) that fio cross-checked, with verdict, reason and evidence. `est`: the
-    run's estimator (intervals widened for its adaptive stopping); None: fixed-n intervals."""
+    run's estimator (its looks); the rows are read as one family (Bonferroni over them)."""
     fio: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
         w = t["params"].get("_workload", {})
@@ -88,46 +95,51 @@ def crosscheck(trials: list[dict[str, Any]], helper_trials: list[dict[str, Any]]
     for t in helper_trials:
         w = t["params"]["_workload"]
         helper[(w["mode"], int(w["bs"]))].append(t)
+    family = (est or RunEstimator({})).widened(max(len(fio), 1))
     rows = []
     for key in sorted(fio):
         mode, bs = key
         f_trials, h_trials = fio[key], helper.get(key, [])
         f_vals = [t["metrics"]["write_bw_mib_s"] for t in f_trials]
         h_vals = [t["metrics"]["throughput_mib_s"] for t in h_trials]
-        harmonic = est.harmonic if est else harmonic_mean_ci
         f_rel = relative_resolution(f_trials, "write_bw_mib_s")  # fio's millisecond clock (the helper's is ns)
-        row: dict[str, Any] = {"mode": mode, "bs": bs, "fio": with_resolution(harmonic(f_vals), f_rel).as_dict("MiB/s"),
-                               "helper": harmonic(h_vals).as_dict("MiB/s") if h_vals else None}
-        ratio = _ratio(h_vals, f_vals, est, f_rel)
+        row: dict[str, Any] = {"mode": mode, "bs": bs, "fio": family.estimate(f_vals, rel=f_rel).as_dict("MiB/s"),
+                               "helper": family.estimate(h_vals).as_dict("MiB/s") if h_vals else None}
+        ratio = _ratio(h_vals, f_vals, family, f_rel)
         row["helper_over_fio"] = ratio
         row["evidence"] = {"helper": _side(h_trials, "calls", _helper_layout),
                            "fio": _side(f_trials, "write_ios", _fio_layout)}
         row["verdict"] = verdict(ratio)
-        row["agrees"] = row["verdict"] == "agrees"
+        row["agrees"] = row["verdict"] == HOLDS
         row["reason"] = reason(mode, bs, row["verdict"], ratio, row["evidence"], h_vals, f_vals)
+        if row["verdict"] == UNDECIDED and h_vals and f_vals:
+            more = next((k for k in range(1, max(PROJECT_MAX - min(len(h_vals), len(f_vals)), 0) + 1)
+                         if BAND.decide(*_ends(family.projected_ratio(h_vals, f_vals, k))) != UNDECIDED), None)
+            decision = Decision(more, (f"helper {mode} bs={bs}", f"fio {mode} bs={bs}"))
+            row["decide"] = decision.as_dict()
+            row["reason"] += "; " + decision.words()
         rows.append(row)
     return rows
 
 
-def _ratio(h_vals: list[float], f_vals: list[float], est: RunEstimator | None, f_rel: float) -> dict[str, Any] | None:
-    """helper/fio of harmonic means = mean time per byte of fio / that of the helper, with its CI
-    (widened by fio's clock error `f_rel`)."""
-    if not h_vals or not f_vals or min(h_vals + f_vals) <= 0:
+def _ends(e: Any) -> tuple[float, float]:
+    return e.lo, e.hi
+
+
+def _ratio(h_vals: list[float], f_vals: list[float], est: RunEstimator, f_rel: float) -> dict[str, Any] | None:
+    """helper/fio of the two medians with its interval (widened by fio's clock error `f_rel`); a
+    stall on either side is in the ratio (counted in `zeros`)."""
+    if not h_vals or not f_vals:
         return None
-    r = aggregate_ratio("harmonic", h_vals, f_vals, est.ratio if est else ratio_ci)
-    return ratio_with_resolution(r, 0.0, f_rel).as_dict()
+    return est.ratio(h_vals, f_vals, (0.0, f_rel)).as_dict()
 
 
 def verdict(ratio: dict[str, Any] | None) -> str:
+    """holds (agrees within ±25 %) / differs / undecided by where the interval lies."""
     if not ratio or ratio.get("mean") is None:
-        return "inconclusive"
+        return UNDECIDED
     lo, hi = ratio["ci95"]
-    band = (1 / (1 + TOLERANCE), 1 + TOLERANCE)
-    if lo is not None and hi is not None and band[0] <= lo and hi <= band[1]:
-        return "agrees"
-    if (lo is not None and lo > band[1]) or (hi is not None and hi < band[0]):
-        return "differs"
-    return "inconclusive"
+    return BAND.decide(lo, math.inf if hi is None else hi)
 
 
 def _layout_words(layout: str | None) -> str:
@@ -172,15 +184,15 @@ def reason(mode: str, bs: int, v: str, ratio: dict[str, Any] | None, evidence: d
     same = f"both {_layout_words(h['layout'])}" if h["layout"] == f["layout"] else ""
     if h["commits_per_write"] is not None and not _differ(h["commits_per_write"], f["commits_per_write"]):
         same += f"{', ' if same else ''}journal commits {per_write(h['commits_per_write'], '')} on each side"
-    if v == "agrees":
+    if v == HOLDS:
         return f"like for like ({same or 'same mode, block size and data'}); within ±{TOLERANCE:.0%}"
     if not ratio or ratio.get("mean") is None:
         return "no ratio: one side has no successful trial"
     lo, hi = ratio["ci95"]
     span = f"helper/fio {ratio['mean']:.2f} [{_f(lo)}, {_f(hi)}] from {len(h_vals)} and {len(f_vals)} trials"
-    if v == "inconclusive":
+    if v == UNDECIDED:
         tail = f"; measured differences: {'; '.join(found)}" if found else f" ({same})" if same else ""
-        return f"too noisy to decide: {span}; agreement needs the whole interval within 0.80–1.25{tail}"
+        return f"undecided: {span}; agreement needs the whole interval within 0.80–1.25{tail}"
     if found:
         return f"{span}: " + "; ".join(found)
     per_call = [1e6 * bs / (hm * (1 << 20)) if hm else None for hm in (_hm(h_vals), _hm(f_vals))]
@@ -199,7 +211,7 @@ def per_write(rate: float, noun: str = "time") -> str:
 
 
 def _hm(vals: list[float]) -> float | None:
-    est = harmonic_mean_ci(vals)
+    est = harmonic_mean_ci(vals)  # mean time per byte: what a call costs on average
     return est.mean if est.n and math.isfinite(est.mean) else None
 
 

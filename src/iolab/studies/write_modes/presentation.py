@@ -26,7 +26,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
             summary.append(f"{m}: 90% of its best throughput from {size_label(f['knee'][m])} blocks on")
     chart = Chart("Write throughput vs block size", "line", "block size (bytes)", "MiB/s",
                   [_series(m, thr[m], sizes) for m in modes], x_log2=True, y_log=True,
-                  notes=[Note("Harmonic mean over repetitions (a fixed amount of data per trial) with 95% CI band.")])
+                  notes=[Note("Median over repetitions with its 95% interval band (docs/statistics.md).")])
     sps = f["syscalls_per_s"]
     chart2 = Chart("Write calls per second vs block size", "line", "block size (bytes)", "calls/s",
                    [_series(m, sps[m], sizes) for m in modes if m in sps], x_log2=True, y_log=True,
@@ -36,7 +36,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     rows: list[list[Any]] = [[size_label(b)] + [fmt_est(thr[m].get(str(b))) for m in modes] for b in sizes]
     rows.append(["knee (90 % of best)"] + [size_label(f["knee"][m]) if f["knee"].get(m) else "–" for m in modes])
     notes = [Note(f"{k}: {'; '.join(v)}", "warn") for k, v in f["mode_flags"].items()]
-    table = Table("Throughput, MiB/s (mean ± 95% CI)", ["block size"] + modes, rows, notes=notes)
+    table = Table("Throughput, MiB/s (median and its 95% interval)", ["block size"] + modes, rows, notes=notes)
     cc = f["fio_crosscheck"]
     cc_rows = [[c["mode"], size_label(c["bs"]), fmt_est(c["helper"]), fmt_est(c["fio"]),
                 fmt_est(c["helper_over_fio"]), c["verdict"], c["reason"]] for c in cc]
@@ -44,8 +44,10 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
                      ["mode", "bs", "iolab helper", "fio", "helper/fio", f"verdict (±{TOLERANCE:.0%})", "why"],
                      cc_rows, notes=[Note(
                          "Evidence per side: the file's layout, journal commits per write (jbd2) and device "
-                         "flushes per write, from the same trials. 'inconclusive' means the interval of the "
-                         "ratio is too wide to place inside or outside the band: run more repetitions.")])
+                         "flushes per write, from the same trials. 'holds': the helper agrees with fio (the whole "
+                         "interval of the ratio of medians within the band); 'undecided': the interval straddles "
+                         "an edge of the band (the reason says how many more repetitions would likely decide it). "
+                         "The rows are one family: each interval at its share of 5 % (Bonferroni).")])
     for c in cc:
         if c["verdict"] == "differs":
             summary.append(f"cross-check {c['mode']} {size_label(c['bs'])}: the helper and fio differ: {c['reason']}")

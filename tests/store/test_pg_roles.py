@@ -1,0 +1,288 @@
+"""Whose run it is, enforced by the database: a team store set up exactly as docs/store.md
+says (its two SQL blocks run as written, `iolab migrate` as the admin role), then the harm
+done for real against a canary run of writer A:
+
+* writer B pushes a crafted local store holding A's run id, with and without --force: refused
+  (exit 2), A's rows unchanged to the byte;
+* writer B in plain SQL through psycopg: UPDATE, DELETE, INSERT into A's run, forging A as
+  owner, writing history or meta, turning row-level security off: refused or no row touched;
+* the tables' owner replaces A's run with --force: done, and the history tables keep A's run
+  and trials; the same role from another host needs --force too;
+* a reader runs `runs`, `report`, `compare`, `history` and `doctor` (no migration, no write)
+  and is refused, without a traceback, when it pushes.
+
+Real studies (fio on a loop device) are run by writer A through the real runner, so every
+write the runner makes (run, claim, trials, run-level data, status, release) is checked
+against the policies too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from iolab.core.model import TrialResult
+from iolab.store.sqlite import SqliteStore
+from tests.core.helpers import LOOP_TARGET, fio_workload, make_lab, needs_fio, needs_root, study_table
+
+from .pgserver import PgServer
+
+pytestmark = [needs_root, needs_fio]
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = ("iolab_admin", "iolab_writers", "iolab_readers", "alice", "bob", "dashboards")
+
+
+def docs_sql(step: str) -> list[str]:
+    """The statements of docs/store.md's SQL block `-- iolab roles, <step>`, as written there."""
+    blocks = re.findall(r"```sql\n(.*?)```", (REPO / "docs" / "store.md").read_text(), re.S)
+    (block,) = [b for b in blocks if b.startswith(f"-- iolab roles, {step}")]
+    text = "\n".join(line.split("--", 1)[0] for line in block.splitlines())
+    return [s.strip() for s in text.split(";") if s.strip()]
+
+
+@dataclass
+class Team:
+    server: PgServer
+    db: str
+    tag: str
+    data: Path
+    runs: list[str]  # writer A's two real runs of study `roles`
+
+    def role(self, name: str) -> str:
+        return f"{name}_{self.tag}"
+
+    def url(self, name: str) -> str:
+        return self.server.url(self.db, self.role(name))
+
+    def iolab(self, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        full = {**os.environ, "IOLAB_DATA": str(self.data), **(env or {})}
+        full.pop("IOLAB_DB", None)
+        return subprocess.run([sys.executable, "-m", "iolab.cli", *argv], capture_output=True, text=True, env=full,
+                              timeout=300, cwd=self.data)
+
+    def rows(self, run_id: str) -> tuple[list[tuple], list[tuple]]:
+        """Writer A's run and trials as stored, every column (as the superuser: RLS does not hide them)."""
+        with psycopg.connect(self.server.url(self.db), autocommit=True) as conn:
+            run = conn.execute("SELECT r::text FROM iolab.runs r WHERE id=%s", (run_id,)).fetchall()
+            trials = conn.execute("SELECT t::text FROM iolab.trials t WHERE run_id=%s ORDER BY seq",
+                                  (run_id,)).fetchall()
+        return run, trials
+
+
+@pytest.fixture(scope="module")
+def team(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    tag = uuid.uuid4().hex[:6]
+    db = f"team_{tag}"
+    data = tmp_path_factory.mktemp("team")
+
+    def named(sql: str) -> str:  # the docs' database and roles, named for this test
+        sql = re.sub(r"\bDATABASE iolab\b", f"DATABASE {db}", sql)
+        return re.sub(r"\b(" + "|".join(ROLES) + r")\b", rf"\1_{tag}", sql)
+
+    with pg_server.admin() as conn:
+        conn.execute(f"CREATE DATABASE {db}")
+        for statement in docs_sql("step 1"):
+            conn.execute(named(statement))
+    t = Team(pg_server, db, tag, data, [])
+    r = t.iolab("migrate", "--db", t.url("iolab_admin"))
+    assert r.returncode == 0, r.stderr
+    with psycopg.connect(t.url("iolab_admin"), autocommit=True) as conn:
+        for statement in docs_sql("step 2"):
+            conn.execute(named(statement))
+    # writer A runs two real studies straight into the team store
+    lab = make_lab(data / "lab")
+    try:
+        spec = lab.spec(study_table("roles", repetitions=2, max_repetitions=2) + LOOP_TARGET
+                        + fio_workload(bs=["4k", "8k"]))
+        for _ in range(2):
+            r = lab.iolab("run", spec, "--db", t.url("alice"), timeout=300)
+            assert r.returncode == 0, r.stderr
+            t.runs.append(re.findall(r"run (\S+) \(roles\)", r.stderr)[0])
+        lab.assert_nothing_left()
+    finally:
+        lab.force_cleanup()
+    yield t
+
+
+def test_the_writer_owns_its_runs_and_every_runner_write_passed_the_policies(team: Team) -> None:
+    with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+        owners = conn.execute("SELECT id, owner_role, status, claimed_by FROM iolab.runs ORDER BY created").fetchall()
+        counts = conn.execute("SELECT run_id, count(*) FROM iolab.trials GROUP BY run_id").fetchall()
+    assert [(o[0], o[1], o[2], o[3]) for o in owners] == [(r, team.role("alice"), "complete", None) for r in team.runs]
+    assert dict(counts) == {r: 4 for r in team.runs}
+    listed = team.iolab("runs", "--json", "--db", team.url("alice"))
+    assert listed.returncode == 0, listed.stderr
+    assert {(i["owner_role"], i["owner_host"]) for i in json.loads(listed.stdout)} == \
+        {(team.role("alice"), os.uname().nodename)}
+
+
+def _canary(team: Team, tmp: Path, role: str = "alice") -> str:
+    """A run of writer A's (or `role`'s) in the team store, pushed from a local store: what the attacks aim at."""
+    run_id = f"20260101-000000-roles-{uuid.uuid4().hex[:8]}"
+    db = tmp / "alice.sqlite"
+    s = SqliteStore.open(str(db), "--db")
+    try:
+        s.create_run(run_id, "roles", "builtin:roles", {"study": {"name": "roles"}}, {}, {"hostname": "a"})
+        for i in range(2):
+            s.save_trial(run_id, TrialResult(f"t{i}", "c", i, {}, "ok", None, {"iops": 100.0}, {}, {}), {"raw": i})
+        s.set_status(run_id, "complete")
+    finally:
+        s.close()
+    r = team.iolab("push", run_id, "--db", str(db), "--to", team.url(role))
+    assert r.returncode == 0, r.stderr
+    return run_id
+
+
+def _crafted(tmp: Path, run_id: str, host: str | None = None) -> Path:
+    """A local SQLite store holding a run with writer A's id and other numbers (the attack)."""
+    db = tmp / f"crafted-{uuid.uuid4().hex[:6]}.sqlite"
+    s = SqliteStore.open(str(db), "--db")
+    try:
+        s.create_run(run_id, "roles", "builtin:roles", {}, {}, {"hostname": "evil"})
+        s.save_trial(run_id, TrialResult("evil-t", "c", 0, {}, "ok", None, {"iops": 5.0}, {}, {}), None)
+        if host is not None:
+            s.db.execute("UPDATE runs SET owner_host=?", (host,))
+    finally:
+        s.close()
+    return db
+
+
+def test_another_writer_cannot_replace_the_run_through_iolab_even_forced(team: Team, tmp_path: Path) -> None:
+    victim = _canary(team, tmp_path)
+    before = team.rows(victim)
+    crafted = _crafted(tmp_path, victim)
+    r = team.iolab("push", victim, "--db", str(crafted), "--to", team.url("bob"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"holds run {victim} from {team.role('alice')}@" in " ".join(r.stderr.split())
+    r = team.iolab("push", victim, "--db", str(crafted), "--to", team.url("bob"), "--force")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "may write only its own runs" in " ".join(r.stderr.split()), r.stderr
+    assert team.rows(victim) == before, "writer A's run was changed"
+
+
+def test_another_writer_cannot_change_the_run_in_plain_sql(team: Team, tmp_path: Path) -> None:
+    victim = _canary(team, tmp_path)
+    before = team.rows(victim)
+    mine = f"bob-own-{team.tag}"
+    with psycopg.connect(team.url("bob"), autocommit=True) as conn:
+        # what row-level security filters out: no error, no row
+        for statement in ("UPDATE iolab.runs SET status='running' WHERE id=%(v)s",
+                          "UPDATE iolab.runs SET owner_role=current_user WHERE id=%(v)s",
+                          "UPDATE iolab.trials SET metrics_json='{\"iops\": 5}' WHERE run_id=%(v)s"):
+            assert conn.execute(statement, {"v": victim}).rowcount == 0, statement
+        # what is refused outright
+        for statement in ("DELETE FROM iolab.runs WHERE id=%(v)s",
+                          "DELETE FROM iolab.trials WHERE run_id=%(v)s",
+                          "INSERT INTO iolab.trials (run_id, trial_id, config_id, repetition, params_json, status,"
+                          " metrics_json, probes_json, flags_json, manifest_json, started, ended, seq) VALUES"
+                          " (%(v)s, 'evil', 'c', 9, '{}', 'ok', '{}', '{}', '[]', '{}', 0, 0, 99)",
+                          "INSERT INTO iolab.runs (id, study, source, spec_json, options_json, status, created,"
+                          " updated, environment_json, owner_role) VALUES ('forged', 's', 's', '{}', '{}', 'complete',"
+                          " 0, 0, '{}', %(a)s)",
+                          "INSERT INTO iolab.run_history VALUES (%(v)s, 'replaced', 0, 'x', '{}')",
+                          "DELETE FROM iolab.run_history",
+                          "UPDATE iolab.meta SET value='1'",
+                          "ALTER TABLE iolab.runs DISABLE ROW LEVEL SECURITY",
+                          "DROP POLICY runs_change_own ON iolab.runs"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement, {"v": victim, "a": team.role("alice")})
+        # and what B may do: its own run, recorded as B's whatever B says
+        conn.execute("INSERT INTO iolab.runs (id, study, source, spec_json, options_json, status, created, updated,"
+                     " environment_json) VALUES (%s, 's', 's', '{}', '{}', 'running', 0, 0, '{}')", (mine,))
+        assert conn.execute("UPDATE iolab.runs SET status='complete' WHERE id=%s", (mine,)).rowcount == 1
+        owner = conn.execute("SELECT owner_role FROM iolab.runs WHERE id=%s", (mine,)).fetchone()
+    assert owner == (team.role("bob"),)
+    assert team.rows(victim) == before, "writer A's run was changed"
+
+
+def test_the_tables_owner_replaces_a_run_only_forced_and_the_history_keeps_it(team: Team, tmp_path: Path) -> None:
+    victim = _canary(team, tmp_path)
+    crafted = _crafted(tmp_path, victim)
+    r = team.iolab("push", victim, "--db", str(crafted), "--to", team.url("iolab_admin"))
+    assert r.returncode == 2 and "--force" in r.stderr, r.stderr
+    r = team.iolab("push", victim, "--db", str(crafted), "--to", team.url("iolab_admin"), "--force")
+    assert r.returncode == 0, r.stderr
+    assert f"replaced the run of {team.role('alice')}@" in " ".join(r.stdout.split())
+    with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+        now = conn.execute("SELECT owner_role, status FROM iolab.runs WHERE id=%s", (victim,)).fetchone()
+        trials = conn.execute("SELECT trial_id FROM iolab.trials WHERE run_id=%s", (victim,)).fetchall()
+        history = conn.execute("SELECT change, changed_by, old_row FROM iolab.run_history WHERE run_id=%s",
+                               (victim,)).fetchall()
+        kept = conn.execute("SELECT change, old_row FROM iolab.trial_history WHERE run_id=%s", (victim,)).fetchall()
+    assert now == (team.role("iolab_admin"), "running") and trials == [("evil-t",)]
+    (change, by, row), = history
+    assert change == "replaced" and by == team.role("iolab_admin")
+    assert json.loads(row)["owner_role"] == team.role("alice") and json.loads(row)["status"] == "complete"
+    assert sorted(json.loads(k[1])["trial_id"] for k in kept) == ["t0", "t1"], "the replaced trials are kept"
+    assert {k[0] for k in kept} == {"deleted"}
+
+
+def test_the_same_role_from_another_host_needs_force(team: Team, tmp_path: Path) -> None:
+    """One role shared by every machine (here the tables' owner): the database cannot tell the
+    machines apart, iolab's check does, and a forced replacement keeps the history."""
+    victim = _canary(team, tmp_path, role="iolab_admin")
+    before = team.rows(victim)
+    crafted = _crafted(tmp_path, victim, host="laptop-b")
+    r = team.iolab("push", victim, "--db", str(crafted), "--to", team.url("iolab_admin"))
+    assert r.returncode == 2 and f"from {team.role('iolab_admin')}@{os.uname().nodename}" in r.stderr, r.stderr
+    assert team.rows(victim) == before
+    r = team.iolab("push", victim, "--db", str(crafted), "--to", team.url("iolab_admin"), "--force")
+    assert r.returncode == 0, r.stderr
+    with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+        host = conn.execute("SELECT owner_host FROM iolab.runs WHERE id=%s", (victim,)).fetchone()
+        history = conn.execute("SELECT changed_by, old_row FROM iolab.run_history WHERE run_id=%s",
+                               (victim,)).fetchall()
+    assert host == ("laptop-b",)
+    assert [(h[0], json.loads(h[1])["owner_host"]) for h in history] == [(team.role("iolab_admin"),
+                                                                           os.uname().nodename)]
+
+
+def test_a_writer_cannot_replace_even_its_own_run_from_another_host(team: Team, tmp_path: Path) -> None:
+    """Replacing removes trials: only the tables' owner does that (no policy, no grant allows DELETE)."""
+    victim = _canary(team, tmp_path)
+    before = team.rows(victim)
+    r = team.iolab("push", victim, "--db", str(_crafted(tmp_path, victim, host="laptop-b")), "--to",
+                   team.url("alice"), "--force")
+    assert r.returncode == 2 and "only the tables' owner" in " ".join(r.stderr.split()), r.stderr
+    assert team.rows(victim) == before
+
+
+def test_a_reader_reads_everything_and_writes_nothing(team: Team, tmp_path: Path) -> None:
+    reader = team.url("dashboards")
+    a, b = team.runs
+    with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+        before = conn.execute("SELECT (SELECT count(*) FROM iolab.run_history), (SELECT string_agg(r::text, '|' "
+                              "ORDER BY id) FROM iolab.runs r), (SELECT string_agg(m::text, '|' ORDER BY key) "
+                              "FROM iolab.meta m)").fetchone()
+    outputs = {}
+    for argv in (["runs", "--json"], ["report", b, "--format", "json"], ["compare", a, b, "--json"],
+                 ["history", "roles", "--json"], ["doctor", "--json"]):
+        r = team.iolab(*argv, "--db", reader)
+        assert "Traceback" not in r.stderr, (argv, r.stderr)
+        assert r.returncode == 0 or argv[0] == "doctor", (argv, r.stderr)
+        outputs[argv[0]] = r.stdout
+    assert {i["id"] for i in json.loads(outputs["runs"])} >= {a, b}
+    assert json.loads(outputs["report"])["run_id"] == b
+    assert json.loads(outputs["history"])
+    (store,) = [c for c in json.loads(outputs["doctor"])["checks"] if c["name"] == "store"]
+    assert store["state"] == "warn" and "not writable" in store["detail"], store
+    r = team.iolab("push", a, "--db", reader, "--to", str(tmp_path / "copy.sqlite"))
+    assert r.returncode == 0, r.stderr  # reading for a copy elsewhere is reading
+    r = team.iolab("push", a, "--db", str(tmp_path / "copy.sqlite"), "--to", reader)
+    assert r.returncode == 2 and "may not write" in " ".join(r.stderr.split()) and "Traceback" not in r.stderr
+    with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+        after = conn.execute("SELECT (SELECT count(*) FROM iolab.run_history), (SELECT string_agg(r::text, '|' "
+                             "ORDER BY id) FROM iolab.runs r), (SELECT string_agg(m::text, '|' ORDER BY key) "
+                             "FROM iolab.meta m)").fetchone()
+    assert after == before, "a reader changed the store"
