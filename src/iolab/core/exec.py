@@ -20,7 +20,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -52,6 +52,11 @@ class ExecRequest:
     # False only for iolab's own fixed commands that act on the machine (dropping the page
     # cache): never for a process whose arguments or input come from a spec or a job file
     confined: bool = True
+    # True for a process that talks to another process over the host's loopback (iperf3's
+    # server and client, two processes in two confinements): on a confined host executor it
+    # keeps the host's network namespace instead of a private one (where 127.0.0.1 is its
+    # own); what it may write and which devices it sees stay the same
+    network: bool = False
 
 
 # What is read back of a process's stdout, stderr and each collected file. A process whose
@@ -259,6 +264,10 @@ class HostExecutor(Executor):
         leaf = self.cgroup.spawn_group(tag) if self.cgroup is not None else SpawnCgroup.standalone(tag)
         leaf.place(req.cgroup_procs)
         argv = self.confined_argv(req)
+        if argv != req.argv and "TMPDIR" not in req.env:
+            # /tmp is read-only in the confinement: temporary files (iperf3's stream buffers,
+            # mkstemp in /tmp unless TMPDIR says where) go to the one place it may write
+            req = replace(req, env={**req.env, "TMPDIR": str(self.workdir)})
         if self.ledger is None:
             with signals.held():
                 leaf.make()
@@ -280,7 +289,8 @@ class HostExecutor(Executor):
             if not diskguard.destroy_allowed(dev):
                 raise RefusedError(f"{dev}: a process may write a block device iolab did not make only when the "
                                    f"user names it with --destroy-data {dev}")
-        return self.confinement.argv(req.argv, cwd=str(self.workdir), extra_devices=req.devices)
+        confinement = replace(self.confinement, share_net=True) if req.network else self.confinement
+        return confinement.argv(req.argv, cwd=str(self.workdir), extra_devices=req.devices)
 
     def close(self) -> None:
         if not self._owns_workdir:
