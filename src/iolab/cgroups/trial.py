@@ -313,6 +313,10 @@ class SpawnCgroup:
     def populated(self) -> bool:
         return processes.populated(self.kill_dir)
 
+    def pids(self) -> list[int]:
+        """Every process of the tree now (the group it is counted and ended in)."""
+        return processes.pids(self.kill_dir)
+
     def kill(self) -> None:
         processes.kill(self.kill_dir)
 

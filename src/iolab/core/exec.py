@@ -9,6 +9,7 @@ the guest agent. This is what lets one study spec run on either.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
@@ -97,6 +98,10 @@ class Running(ABC):
 
     @abstractmethod
     def kill(self) -> None: ...
+
+    def send_signal(self, sig: int) -> None:
+        """Send `sig` to the command itself (where the executor can)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot signal its process")
 
 
 class Executor(ABC):
@@ -203,6 +208,17 @@ class _HostRunning(Running):
         except ChildProcessError:
             return self.proc.pid, 9  # reaped elsewhere: report it as killed
 
+    def send_signal(self, sig: int) -> None:
+        """Send `sig` to the command (fio's client asks its server to stop the job on SIGINT).
+        Confined, the process iolab started is bwrap, which passes no signal on and would die
+        of it: the signal goes to every process of the leaf but bwrap's own, i.e. the command
+        and what it started."""
+        targets = [self.proc.pid] if not self.confined else [
+            pid for pid in self.leaf.pids() if _comm(pid) not in ("bwrap", None)]
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
     def kill(self) -> None:
         """Kill the process and everything it started (its cgroup leaf), and wait until they
         are gone, so nothing still holds the target's device when the target is torn down."""
@@ -308,6 +324,13 @@ def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str, argv:
     except BaseException:
         leaf.remove()
         raise
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 def _start_time(pid: int) -> str:

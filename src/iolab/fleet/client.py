@@ -294,9 +294,9 @@ def _supervise(clients: list[_Client], released: float, own_limit: float, expect
 def _interrupt(c: _Client) -> None:
     """SIGINT the client: fio's client then asks its server to stop the job."""
     c.stopped_at = c.stopped_at or time.monotonic()
-    if c.pid is not None and not c.done.is_set():
+    if c.running is not None and not c.done.is_set():
         with contextlib.suppress(ProcessLookupError):
-            os.kill(c.pid, signal.SIGINT)
+            c.running.send_signal(signal.SIGINT)  # to fio inside its confinement, not to bwrap
 
 
 def _stop_all(clients: list[_Client]) -> None:
