@@ -259,3 +259,18 @@ def test_the_client_runs_as_its_own_user_with_nothing_of_the_operators(tmp_path:
     assert int(lines[2]) * 512 == FILE_SIZE_LIMIT, out
     assert "CapEff:\t0000000000000000" in out and "CapBnd:\t0000000000000000" in out and "NoNewPrivs:\t1" in out
     assert "HOME=/nonexistent" in out and "operator-secret" not in out and SECRET_ENV not in out, out
+
+
+def test_the_client_confinement_keeps_the_directory_of_its_fio_visible(tmp_path: Path) -> None:
+    """A fio installed under /opt (hidden for the client otherwise) must stay runnable: its
+    directory is not replaced by an empty one; the other data directories still are."""
+    from iolab.fleet.client import CLIENT_HIDDEN, client_confinement
+
+    plain = client_confinement()
+    present = [d for d in CLIENT_HIDDEN if os.path.isdir(d) and not os.path.islink(d)]
+    assert set(present) - {"/etc/iolab"} <= set(plain.hidden), plain.hidden
+    if os.path.isdir("/opt"):
+        assert "/opt" in plain.hidden
+        kept = client_confinement(("/opt/fio-3.38/bin/fio",))
+        assert "/opt" not in kept.hidden and "/tmp" in kept.hidden, kept.hidden
+    assert plain.share_net and plain.user is None and "CAP_SYS_ADMIN" not in plain.caps

@@ -110,16 +110,22 @@ def client_argv(account: accounts.Account, argv: list[str]) -> list[str]:
 CLIENT_HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/var/lib", "/srv", "/mnt", "/media", "/opt", "/etc/iolab")
 
 
-def client_confinement() -> Confinement:
+def client_confinement(programs: tuple[str, ...] = ()) -> Confinement:
     """The fleet client's confinement: everything read-only, the data directories hidden, only
     the executor's work dir writable (HostExecutor adds it), the host's network. It keeps for
     `client_argv`'s setpriv just what switching to the client's user takes (setuid, setgid, the
     bounding set) and entering the work dir that user owns (DAC_READ_SEARCH); setpriv drops
-    all of them, also from the bounding set, before anything of fio runs."""
+    all of them, also from the bounding set, before anything of fio runs. A directory that
+    holds one of `programs` (a fio built into /opt) stays visible."""
+    def under(path: str, d: str) -> bool:
+        return path == d or path.startswith(d + "/")
+
+    needed = [os.path.realpath(p) for p in programs]
     hidden: list[str] = []
     for d in (*CLIENT_HIDDEN, str(paths.data_dir()), str(paths.scratch_dir())):
         real = os.path.realpath(d)
-        if os.path.isdir(real) and not any(real == h or real.startswith(h + "/") for h in hidden):
+        if os.path.isdir(real) and not any(under(real, h) for h in hidden) \
+                and not any(under(p, real) for p in needed):
             hidden.append(real)
     return Confinement(hidden=tuple(hidden), share_net=True,
                        caps=("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH"))
@@ -207,7 +213,7 @@ def run_clients(base: Path, ledger: Ledger | None, hosts: list[FleetHost], jobs:
 def _prepare(base: Path, ledger: Ledger | None, h: FleetHost, job: str, account: accounts.Account) -> _Client:
     """The host's work dir (the client's user's, 0700), its job, its gate, its relay; the client
     confined to that dir (client_confinement)."""
-    ex = HostExecutor(base, ledger, confinement=client_confinement())
+    ex = HostExecutor(base, ledger, confinement=client_confinement((shutil.which("fio") or "fio",)))
     c = _Client(h, ex)
     try:
         accounts.give(ex.workdir, account, 0o700)
