@@ -10,6 +10,7 @@ action="${1:-install}"
 # System packages, and why each is here (docs/architecture.md#dependencies):
 APT_PACKAGES=(
   fio                 # the I/O engine for all disk I/O
+  bubblewrap          # bwrap: every trial's processes run confined to what iolab made or the user named (core/confine.py)
   fio-examples        # fio's own example job files: the job-file sandbox is tested against every one
   qemu-system-x86     # guests for the VM studies
   qemu-utils          # qemu-img: images and their metadata

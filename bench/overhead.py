@@ -9,6 +9,9 @@ Two different costs, measured apart:
     `device` target;
   - CPU path: the same job on fio's `null` engine (no I/O: fio's submission loop alone is
     timed, so any CPU iolab takes from fio shows);
+* **the confinement alone** (core/confine.py: every trial's fio runs inside bubblewrap): the
+  I/O path's job, bare fio against the same fio inside the confinement a `device` target gives
+  its trials (`--path confine`, in the default `all`), nothing else differing;
 * **fixed per-trial cost** (seconds a one-trial `iolab run` adds around fio: start-up,
   validation, target set-up and teardown, probes, the store, the report): wall time of
   `iolab run` minus wall time of the bare fio, per round, split at the trial's own start/end.
@@ -28,7 +31,7 @@ never read closer than the machine can resolve. Steps continue until the test's 
 within ±2 % (at least 5, at most --max-pairs, within --budget seconds per path); otherwise
 the output says it could not, the width it reached, and the control's width beside it.
 
-    bench/run overhead [--path io|cpu|both] [--max-pairs N] [--runtime S] [--target 0.02] [--keep]
+    bench/run overhead [--path io|cpu|confine|both|all] [--max-pairs N] [--runtime S] [--target 0.02] [--keep]
 
 Output lines: `overhead fixed=<s> [lo, hi] s n=N (...)`, then per path the control
 `overhead control=<r> [lo, hi] n=N (CPU path: bare/bare)`, the paired figure `overhead paired=<r>
@@ -54,6 +57,7 @@ from typing import Any
 
 from figures import Busy, Figure, mean_figure, ratio_figure, stop_on_signals, stopping, until_narrow
 
+from iolab.core.confine import Confinement
 from iolab.core.exec import HostExecutor
 from iolab.targets.base import Placement
 from iolab.workloads.fio import FioParams, FioWorkload
@@ -78,6 +82,7 @@ class Path_:
     in_trial_s: list[float] = field(default_factory=list)
     busy: Busy = field(default_factory=Busy)
     side: str = "read"
+    confinement: Confinement | None = None  # set: the middle run is bare fio inside it, not iolab
 
 
 def workload_table(runtime: float, engine: str) -> dict[str, Any]:
@@ -98,12 +103,15 @@ def prefill(path: Path) -> None:
         os.close(fd)
 
 
-def bare(job_text: str, workdir: Path, side: str) -> tuple[float, float]:
-    """(IOPS, wall seconds) of fio run directly."""
+def bare(job_text: str, workdir: Path, side: str, confinement: Confinement | None = None) -> tuple[float, float]:
+    """(IOPS, wall seconds) of fio run directly (inside `confinement`, if given)."""
     job = workdir / "bare.fio"
     job.write_text(job_text)
+    argv = ["fio", "--output-format=json", str(job)]
+    if confinement is not None:
+        argv = confinement.with_writable(str(workdir)).argv(argv, cwd=str(workdir))
     t0 = time.monotonic()
-    r = subprocess.run(["fio", "--output-format=json", str(job)], capture_output=True, text=True, cwd=workdir)
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=workdir)
     wall = time.monotonic() - t0
     if r.returncode != 0:
         raise SystemExit(f"bare fio failed ({r.returncode}): {r.stderr.strip()[-800:]}")
@@ -148,7 +156,11 @@ def measure(p: Path_, scratch: Path, env: dict[str, str], args: argparse.Namespa
     def run_one(which: str) -> tuple[float, ...]:
         p.busy.start()
         try:
-            return bare(job_text, scratch, p.side) if which == "bare" else through_iolab(spec, env, job_text, destroy)
+            if which == "bare":
+                return bare(job_text, scratch, p.side)
+            if p.confinement is not None:
+                return (*bare(job_text, scratch, p.side, p.confinement), 0.0)
+            return through_iolab(spec, env, job_text, destroy)
         finally:
             p.busy.stop()
 
@@ -166,7 +178,8 @@ def measure(p: Path_, scratch: Path, env: dict[str, str], args: argparse.Namespa
                 p.ratios.append(r)
                 p.fixed_s.append(i_wall - b_wall)
                 p.in_trial_s.append(i_trial - b_wall)
-                test_line = (f"iolab {i_iops:10.0f} IOPS {i_wall:5.2f} s (trial {i_trial:5.2f} s) between bare "
+                what = "confined" if p.confinement is not None else "iolab"
+                test_line = (f"{what} {i_iops:10.0f} IOPS {i_wall:5.2f} s (trial {i_trial:5.2f} s) between bare "
                              f"{brackets[0][0]:.0f} and {brackets[1][0]:.0f} | ratio {r:.3f}")
             else:
                 c, _, _ = bracketed("bare")
@@ -184,7 +197,9 @@ def measure(p: Path_, scratch: Path, env: dict[str, str], args: argparse.Namespa
 def main() -> None:
     stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--path", choices=("io", "cpu", "both"), default="both", help="which path(s) to measure")
+    ap.add_argument("--path", choices=("io", "cpu", "confine", "both", "all"), default="all",
+                    help="which path(s) to measure: both = cpu and io through iolab; all = both and the "
+                         "confinement alone (default)")
     ap.add_argument("--max-pairs", type=int, default=int(os.environ.get("IOLAB_BENCH_PAIRS", 30)),
                     help="at most this many steps per path, each a test and a control round (default 30; at "
                          "least 5); the intervals keep 95 %% over every look from 5 to this")
@@ -216,11 +231,11 @@ def main() -> None:
         no_exec = _NoExec()
         paths: list[Path_] = []
         destroy: list[str] = []
-        if args.path in ("cpu", "both"):
+        if args.path in ("cpu", "both", "all"):
             paths.append(Path_("CPU path", "cpu", workload_table(args.runtime, "null"),
                                {"kind": "host", "directory": str(files)},
                                Placement(executor=no_exec, directory=str(files))))
-        if args.path in ("io", "both"):
+        if args.path in ("io", "both", "confine", "all"):
             image_dir = Path(tempfile.mkdtemp(prefix="iolab-bench-", dir="/dev/shm")) if args.backing == "ram" \
                 else scratch
             cleanup.append(image_dir)
@@ -230,14 +245,19 @@ def main() -> None:
             loop = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(image)], check=True,
                                   capture_output=True, text=True).stdout.strip()
             destroy.append(loop)
-            paths.append(Path_("I/O path", "io", workload_table(args.runtime, "libaio"),
-                               {"kind": "device", "device": loop},
-                               Placement(executor=no_exec, path=loop, is_block_device=True)))
+            if args.path in ("io", "both", "all"):
+                paths.append(Path_("I/O path", "io", workload_table(args.runtime, "libaio"),
+                                   {"kind": "device", "device": loop},
+                                   Placement(executor=no_exec, path=loop, is_block_device=True)))
+            if args.path in ("confine", "all"):  # first, so the I/O path's ratio stays the last line
+                paths.insert(0, Path_("confinement", "confine", workload_table(args.runtime, "libaio"),
+                                      {"kind": "device", "device": loop},
+                                      Placement(executor=no_exec, path=loop, is_block_device=True),
+                                      confinement=Confinement(devices=(loop,))))
         figures = [(p, measure(p, scratch, env, args, destroy)) for p in paths]
 
         looks = stopping(args.max_pairs)  # every figure's n was chosen by the same stopping rule
-        fixed = mean_figure("overhead fixed", [s for p in paths for s in p.fixed_s], "s", looks=looks)
-        inside = mean_figure("in the trial", [s for p in paths for s in p.in_trial_s], "s", looks=looks)
+        through = [p for p in paths if p.confinement is None]  # the confinement path has no iolab run
         print()
         controls = {p.slug: ratio_figure("overhead control", p.control, args.target, looks) for p, _ in figures}
         for p, f in figures:
@@ -249,9 +269,12 @@ def main() -> None:
             print(f"{p.label}: per-round ratios {min(p.ratios):.3f} .. {max(p.ratios):.3f}, bare/bare "
                   f"{min(p.control):.3f} .. {max(p.control):.3f}; {f.verdict(why)}")
             print(f"{p.label}: {_resolution(f, c)}")
-        print(f"fixed cost: {inside.value:.2f} s of it inside the trial (probes, executor, parsing: "
-              f"{inside.line()}), the rest around it (start-up, target, store, report)")
-        print(fixed.line("per one-trial run: iolab run wall time - bare fio wall time"))
+        if through:
+            fixed = mean_figure("overhead fixed", [s for p in through for s in p.fixed_s], "s", looks=looks)
+            inside = mean_figure("in the trial", [s for p in through for s in p.in_trial_s], "s", looks=looks)
+            print(f"fixed cost: {inside.value:.2f} s of it inside the trial (probes, executor, parsing: "
+                  f"{inside.line()}), the rest around it (start-up, target, store, report)")
+            print(fixed.line("per one-trial run: iolab run wall time - bare fio wall time"))
         for p, f in figures:
             print(controls[p.slug].line(f"{p.label}: bare/bare"))
             paired = ratio_figure("overhead paired", [t / c for t, c in zip(p.ratios, p.control, strict=False)],

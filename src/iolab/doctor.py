@@ -452,6 +452,8 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
     items = [
         root_check(os.geteuid()),
         tool_check("fio", shutil.which("fio"), "every disk workload", env["fio_version"]),
+        tool_check("bwrap", shutil.which("bwrap"), "confines every trial's processes and QEMU: runs stop without it",
+                   install="bubblewrap"),
         tool_check("qemu", shutil.which("qemu-system-x86_64"), "the VM studies", env["qemu_version"],
                    "qemu-system-x86 and qemu-utils"),
         accel_check(*_accel(), _kvm_log()),

@@ -36,9 +36,13 @@ MAX_REPS = 6
 
 
 @pytest.fixture
-def controller(request: pytest.FixtureRequest, loopdev: str, ledger: Ledger,
-               no_leftovers: None) -> Iterator[Placement]:
+def controller(request: pytest.FixtureRequest, loopdev: str, ledger: Ledger, no_leftovers: None,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[Placement]:
     """The study's `cgroups` target on the test loop device, with the controller asked for."""
+    from iolab.core import diskguard
+
+    monkeypatch.setattr(diskguard, "_DESTROY_ALLOWED", set())
+    diskguard.allow_destroy([loopdev])  # a device iolab did not make: the user names it (--destroy-data)
     target = CgroupSetTarget(CgroupSetParams(controller=request.param, device=loopdev), ledger)
     try:
         yield target.setup()

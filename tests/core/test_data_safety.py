@@ -151,7 +151,8 @@ def test_the_disk_holding_root_is_refused(lab: Lab) -> None:
 
 
 class _blank_loop:
-    """A loop device of our own over a zero-filled image: no data, the guard lets it through."""
+    """A loop device of our own over a zero-filled image: no data, the guard lets it through when named
+    with --destroy-data."""
 
     def __init__(self, lab: Lab, name: str, size: int = 32 << 20, partscan: bool = False, table: bytes = b""):
         self.img, self.size, self.partscan, self.table = lab.root / name, size, partscan, table
@@ -242,7 +243,8 @@ def test_cgroups_target_refuses_a_symlink_to_a_disk_with_data(lab: Lab, ext4_loo
 @needs_root
 @needs_fio
 def test_job_file_block_device_passes_the_same_guard(lab: Lab, ext4_loop: str) -> None:
-    """filename=/dev/X in an imported job file: refused when X holds data, listed as overwritten when blank."""
+    """filename=/dev/X in an imported job file: refused when X holds data; a blank X too unless the user
+    names it with --destroy-data (a job file alone never points iolab at a disk it did not make)."""
     job = lab.root / "dev.fio"
     job.write_text(f"[w]\nfilename={ext4_loop}\nrw=write\nsize=1m\n")
     r = lab.iolab("run", job, "--dry-run")
@@ -253,6 +255,8 @@ def test_job_file_block_device_passes_the_same_guard(lab: Lab, ext4_loop: str) -
     with _blank_loop(lab, "blank.img") as blank:
         job.write_text(f"[w]\nfilename={blank}\nrw=write\nsize=1m\n")
         r = lab.iolab("run", job, "--dry-run")
+        assert r.returncode == 2 and f"pass --destroy-data {blank}" in one_line(r.stderr), r.stderr
+        r = lab.iolab("run", job, "--dry-run", "--destroy-data", blank)
         assert r.returncode == 0 and f"OVERWRITES the block device {blank}" in r.stdout, r.stderr
     assert _blkid_type(ext4_loop) == "ext4" and not lab.data.exists()
 

@@ -257,7 +257,8 @@ CASES: dict[str, Callable[[Lab, Canary], Case]] = {
     "output-directory": _option("-o", lambda lab, c: str(c.dir), "directory"),
     "output-proc": _option("-o", lambda lab, c: "/proc/iolab.html", "proc filesystem"),
     "output-device": _option("-o", lambda lab, c: "/dev/full", "character device"),
-    "destroy-data-not-a-device": _option("--destroy-data", lambda lab, c: str(c.dir / "victim"), "regular file"),
+    # a regular file is a file the user lets a study overwrite in a host directory: a directory is neither
+    "destroy-data-not-a-device": _option("--destroy-data", lambda lab, c: str(c.dir), "a directory"),
 }
 
 

@@ -77,7 +77,7 @@ def test_an_exception_in_a_probe_fails_only_the_trials_it_observes(lab: Lab) -> 
         # iolab alone sees the garbage: the bind mount lives in its private mount namespace
         script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
         r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                            str(bad), sysfs_stat, str(IOLAB), "run", str(spec)],
+                            str(bad), sysfs_stat, str(IOLAB), "run", str(spec), "--destroy-data", dev],
                            env=lab.env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=180,
                            cwd=lab.root)
     finally:

@@ -98,7 +98,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             time.sleep(0.05)
         assert sock.exists(), "fio --server did not make its socket"
         samples = target_samples(dev, image, sock, base / "fleet.dat")
-        yield {"lab": lab, "targets": samples, "verdicts": verdicts(samples)}
+        # the device is the test's, not iolab's: runs name it as a user would (--destroy-data)
+        yield {"lab": lab, "targets": samples, "verdicts": verdicts(samples), "destroy": ["--destroy-data", dev]}
     finally:
         server.kill()
         server.wait()
@@ -189,7 +190,7 @@ def test_every_runnable_pair_passes_dry_run(world: dict[str, Any]) -> None:
         p = lab.root / f"dry-{i}.toml"
         p.write_text(_toml_doc(_doc([pair], world["targets"], "dry")))
         paths.append(p)
-    results = drive(lab, [["run", str(p), "--dry-run"] for p in paths])
+    results = drive(lab, [["run", str(p), "--dry-run", *world["destroy"]] for p in paths])
     for pair, res in zip(runnable, results, strict=True):
         assert res["exit"] == 0 and not res["traceback"], (pair, one_line(res["stderr"]))
         assert f"{world['targets'][pair[1]]['kind']}: runs workloads" in one_line(res["stdout"] + res["stderr"]), pair
@@ -220,7 +221,7 @@ def test_a_runnable_pair_of_each_workload_really_runs(world: dict[str, Any]) -> 
     assert len(pairs) >= 10 and all(uses.values()), (pairs, uses)
     spec = lab.root / "real.toml"
     spec.write_text(_toml_doc(_doc(pairs, world["targets"], "pairs-real")))
-    r = lab.iolab("run", spec, timeout=1500)
+    r = lab.iolab("run", spec, *world["destroy"], timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
     trials = lab.report_json()["trials"]
     assert sorted(t["params"]["workload"] for t in trials) == sorted(f"{w}@{t}" for w, t in pairs)
@@ -238,7 +239,8 @@ def test_a_refused_host_side_pair_really_cannot_run(world: dict[str, Any]) -> No
     spec = lab.root / "forced.toml"
     spec.write_text(_toml_doc(_doc(pairs, world["targets"], "pairs-forced")))
     forced = ("import sys\nimport iolab.studies.spec as s\ns.refusal = lambda needs, offer: None\n"
-              f"sys.argv = ['iolab', 'run', {str(spec)!r}, '--db', {str(lab.root / 'forced.sqlite')!r}]\n"
+              f"sys.argv = ['iolab', 'run', {str(spec)!r}, '--db', {str(lab.root / 'forced.sqlite')!r}, "
+              f"*{world['destroy']!r}]\n"
               "from iolab.entry import main\nmain()\n")
     r = subprocess.run([sys.executable, "-c", forced], env=lab.env, capture_output=True, text=True, timeout=1500,
                        cwd=lab.root)

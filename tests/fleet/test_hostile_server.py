@@ -10,9 +10,10 @@ of its work directory with `..`. First shown against a bare `fio --client` as ro
 works), then through `iolab run`: nothing read, nothing written, and the good host's results
 are kept.
 
-What the unprivileged user alone does not stop, and OS-level confinement (core/confine.py,
-issue 23) will: reading a world-readable file, writing into a world-writable directory. Those
-two are strict xfails, so they turn into failures (and the markers come off) the day they hold.
+What the unprivileged user alone does not stop, the OS-level confinement (core/confine.py,
+fleet/client.py client_confinement) does: reading a world-readable file, writing into a
+world-writable directory. Each of those two tests also checks that the client really ran the
+protocol (it answered the server's SENDFILE), so a client that never started cannot pass them.
 """
 
 from __future__ import annotations
@@ -198,9 +199,9 @@ def _attack_once(tmp_path: Path, reads: list[str], writes: list[str]) -> Hostile
     return evil
 
 
-@pytest.mark.xfail(strict=True, reason="the unprivileged user reads every world-readable file: only the OS-level "
-                                       "confinement (issue 23, core/confine.py) hides what is outside the work dir")
 def test_a_world_readable_file_is_not_read(tmp_path: Path) -> None:
+    """The client's user may read a 0644 file in a 0755 directory; in its confinement /var/tmp
+    is an empty read-only directory, so SENDFILE of it fails."""
     secret = "public-canary-" + secrets.token_hex(8)
     d = Path(tempfile.mkdtemp(prefix="iolab-canary-", dir="/var/tmp"))
     try:
@@ -211,19 +212,23 @@ def test_a_world_readable_file_is_not_read(tmp_path: Path) -> None:
     finally:
         shutil.rmtree(d, ignore_errors=True)
     assert secret.encode() not in bytes(evil.received)
+    (reply,) = [r for r in evil.replies if r.path == str(d / "public")]  # the client ran and answered
+    assert reply.error != 0, reply
 
 
-@pytest.mark.xfail(strict=True, reason="the unprivileged user writes every world-writable directory (/tmp, "
-                                       "/var/tmp, /dev/shm): only the OS-level confinement (issue 23) closes them")
-def test_nothing_is_written_into_a_world_writable_directory(tmp_path: Path) -> None:
-    d = Path(tempfile.mkdtemp(prefix="iolab-canary-", dir="/var/tmp"))
+@pytest.mark.parametrize("where", ["/var/tmp", "/tmp", "/dev/shm"])
+def test_nothing_is_written_into_a_world_writable_directory(tmp_path: Path, where: str) -> None:
+    """The client's user may write a 1777 directory; in its confinement /tmp and /var/tmp are
+    empty read-only directories and /dev/shm a private tmpfs, so the IOLOG lands nowhere."""
+    d = Path(tempfile.mkdtemp(prefix="iolab-canary-", dir=where))
     try:
         os.chmod(d, 0o1777)
-        _attack_once(tmp_path, [], [str(d / "pwned")])
+        evil = _attack_once(tmp_path, ["/nonexistent-iolab-probe"], [str(d / "pwned")])
         written = list(d.iterdir())
     finally:
         shutil.rmtree(d, ignore_errors=True)
     assert not written, written
+    assert [r.path for r in evil.replies] == ["/nonexistent-iolab-probe"], (evil.replies, evil.errors)  # it ran
 
 
 def test_the_client_runs_as_its_own_user_with_nothing_of_the_operators(tmp_path: Path,
@@ -254,3 +259,18 @@ def test_the_client_runs_as_its_own_user_with_nothing_of_the_operators(tmp_path:
     assert int(lines[2]) * 512 == FILE_SIZE_LIMIT, out
     assert "CapEff:\t0000000000000000" in out and "CapBnd:\t0000000000000000" in out and "NoNewPrivs:\t1" in out
     assert "HOME=/nonexistent" in out and "operator-secret" not in out and SECRET_ENV not in out, out
+
+
+def test_the_client_confinement_keeps_the_directory_of_its_fio_visible(tmp_path: Path) -> None:
+    """A fio installed under /opt (hidden for the client otherwise) must stay runnable: its
+    directory is not replaced by an empty one; the other data directories still are."""
+    from iolab.fleet.client import CLIENT_HIDDEN, client_confinement
+
+    plain = client_confinement()
+    present = [d for d in CLIENT_HIDDEN if os.path.isdir(d) and not os.path.islink(d)]
+    assert set(present) - {"/etc/iolab"} <= set(plain.hidden), plain.hidden
+    if os.path.isdir("/opt"):
+        assert "/opt" in plain.hidden
+        kept = client_confinement(("/opt/fio-3.38/bin/fio",))
+        assert "/opt" not in kept.hidden and "/tmp" in kept.hidden, kept.hidden
+    assert plain.share_net and plain.user is None and "CAP_SYS_ADMIN" not in plain.caps

@@ -150,8 +150,8 @@ def test_sigint_mid_run_leaves_nothing(lab: Lab, spare_loop: str, tmp_path: Path
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC.format(dev=spare_loop))
     # A shell that started us in the background may have left SIGINT ignored; Ctrl-C must reach iolab.
-    proc = subprocess.Popen(IOLAB + ["run", str(spec)], env=lab.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(IOLAB + ["run", str(spec), "--destroy-data", spare_loop], env=lab.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     mine = f"iolab-o{proc.pid}."  # the parent group carries the owner's tag: pid and start time
     deadline = time.monotonic() + 60
@@ -183,6 +183,10 @@ def test_128_groups_created_and_removed(spare_loop: str, tmp_path: Path,
 
     monkeypatch.setenv("IOLAB_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("IOLAB_SCRATCH", str(tmp_path / "scratch"))
+    from iolab.core import diskguard
+
+    monkeypatch.setattr(diskguard, "_DESTROY_ALLOWED", set())
+    diskguard.allow_destroy([spare_loop])  # a device iolab did not make: the user names it
     before = scheduler_of(spare_loop)
     target = CgroupSetTarget(CgroupSetParams(controller="bfq", device=spare_loop), Ledger())
     placement = target.setup()

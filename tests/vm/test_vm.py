@@ -294,3 +294,72 @@ def test_ledger_cleaner_kills_a_leftover_qemu(state, tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_qemu_runs_confined_and_sees_only_its_image(guest) -> None:
+    """QEMU is bwrap's child, under its own seccomp filter (-sandbox on), with the root read-only,
+    the scratch dir's other files hidden and its own image writable (core/confine.py)."""
+    target, placement, _ = guest
+    pid = placement.extras["qemu_pid"]
+    assert Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
+    parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    assert Path(f"/proc/{parent}/comm").read_text().strip() == "bwrap"
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    assert status["Seccomp"].strip() == "2", "QEMU's -sandbox filter is installed"
+    from iolab.core import paths
+
+    other = paths.scratch_dir() / "iolab-confine-test-other.img"
+    other.write_bytes(b"another study's image")
+    try:
+        root = Path(f"/proc/{pid}/root")
+        assert not (root / str(other).lstrip("/")).exists(), "QEMU must not see other files of the scratch dir"
+        assert (root / str(target.image).lstrip("/")).exists(), "its own image is there"
+        mounts = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+        root_mount = next(m for m in mounts if m.split()[4] == "/")
+        assert " ro," in f" {root_mount.split()[5]}," or root_mount.split()[5].startswith("ro"), root_mount
+        image_mount = [m for m in mounts if m.split()[4] == str(target.image)]
+        assert image_mount and image_mount[-1].split()[5].startswith("rw"), image_mount
+    finally:
+        other.unlink()
+
+
+def test_the_kvm_path_keeps_dev_kvm_inside_the_confinement(tmp_path: Path) -> None:
+    """Under KVM, QEMU's confinement binds /dev/kvm (this machine's KVM may not boot guests: the
+    device itself is checked from inside, with the ioctl every KVM user starts with)."""
+    from iolab.core.confine import Confinement
+    from iolab.vm.cmdline import RunFiles, VmSpec, confinement
+
+    spec = VmSpec(disk=None, image=None, kernel=Path("/k"), initramfs=Path("/i"), accel="kvm")
+    conf = confinement(spec, RunFiles(tmp_path))
+    assert "/dev/kvm" in conf.devices and conf.share_net and not conf.private_pids
+    assert "/dev/kvm" not in confinement(VmSpec(disk=None, image=None, kernel=Path("/k"), initramfs=Path("/i"),
+                                                accel="tcg"), RunFiles(tmp_path)).devices
+    if not os.path.exists("/dev/kvm"):
+        pytest.skip("no /dev/kvm on this machine")
+    probe = ("import fcntl, os; fd = os.open('/dev/kvm', os.O_RDWR); print('KVM_API', fcntl.ioctl(fd, 0xAE00))")
+    for c, visible in ((conf, True), (Confinement(share_net=True, private_pids=False), False)):
+        r = subprocess.run(c.argv(["python3", "-c", probe]), capture_output=True, text=True, timeout=60)
+        assert ("KVM_API 12" in r.stdout) == visible, (visible, r.stdout, r.stderr)
+
+
+def test_strace_attaches_to_the_confined_qemu_and_counts_its_syscalls(guest) -> None:
+    """The qemu_syscalls probe attaches to QEMU's own pid (bwrap's child, reported by its info fd)."""
+    from iolab.cgroups.trial import TrialCgroup
+    from iolab.probes.qemu_syscalls import QemuSyscalls
+
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace")
+    _, placement, ledger = guest
+    cg = TrialCgroup.create(ledger)
+    here = placement.within(cg)
+    probe = QemuSyscalls()
+    try:
+        probe.start(here)
+        res = here.executor.run(ExecRequest(["sh", "-c", "dd if=/dev/zero of=/dev/vda bs=4k count=64 conv=fsync"],
+                                            timeout_s=120))
+        assert res.returncode == 0, res.stderr
+        values = probe.stop()
+    finally:
+        cg.close()
+    assert values["qemu_pid"] == placement.extras["qemu_pid"]
+    assert values.get("host_write_requests", 0) > 0, values

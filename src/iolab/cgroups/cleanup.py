@@ -49,9 +49,9 @@ def clean_scheduler(res: Resource) -> None:
 
 def roots() -> list[Path]:
     """Every hierarchy iolab may create groups in: the v1 blkio mount, the cgroup2 mount, and
-    the v1 cpuacct and freezer mounts (trial cgroups)."""
+    the v1 cpuacct, freezer, pids and memory mounts (trial cgroups and their bounds)."""
     m = mounts()
-    found = [p for p in (m.v1_blkio, m.v2, m.v1_cpuacct, m.v1_freezer) if p is not None]
+    found = [p for p in (m.v1_blkio, m.v2, m.v1_cpuacct, m.v1_freezer, m.v1_pids, m.v1_memory) if p is not None]
     return list(dict.fromkeys(found))
 
 

@@ -23,6 +23,9 @@ class Mounts:
     # the v1 hierarchies a trial cgroup can use (cgroups.trial): CPU time and freezing
     v1_cpuacct: Path | None = None
     v1_freezer: Path | None = None
+    # the v1 hierarchies that bound a trial (cgroups.trial.Bounds): processes and memory
+    v1_pids: Path | None = None
+    v1_memory: Path | None = None
     v2_controllers: list[str] = field(default_factory=list)
 
     @property
@@ -46,6 +49,10 @@ def mounts(text: str | None = None) -> Mounts:
                 out.v1_cpuacct = where
             if "freezer" in opts and out.v1_freezer is None:
                 out.v1_freezer = where
+            if "pids" in opts and out.v1_pids is None:
+                out.v1_pids = where
+            if "memory" in opts and out.v1_memory is None:
+                out.v1_memory = where
         elif fstype == "cgroup2" and out.v2 is None:
             out.v2 = where
     if out.v2 is not None:

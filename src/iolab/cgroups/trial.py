@@ -19,6 +19,15 @@ Two flavours, one interface (`layout()` picks):
 `IOLAB_TRIAL_CGROUP=v1|v2` picks one when both exist (the tests run both). What is done to
 one directory (its processes, their CPU time, ending them) is in cgroups/processes.py.
 
+**Bounds** (`Bounds`): a trial may run at most `pids` tasks (processes and threads: a job
+file's 16 sections x 256 clones, or a fork, stops there with EAGAIN, not at the machine's
+pid_max) and use at most `memory` bytes (its page cache included: beyond it the trial's own
+cache is reclaimed first, then the kernel's OOM killer ends a process *of the trial*, never a
+neighbour). v1: the trial's directory also exists in the pids and memory hierarchies where
+those are mounted (and are not blkio's); v2: the same directory's pids.max and memory.max,
+where the root delegates those controllers. A machine without them runs unbounded, and the
+manifest says so (`bounds`).
+
 Layout: `iolab-<owner token>-trial-<id>` under each hierarchy root (the owner tag lets
 `iolab clean --all` judge it by name). Every process an executor starts gets a leaf of its
 own inside, `s-<spawn tag>`, so one process tree can be ended (a timeout, a leader that left
@@ -63,10 +72,11 @@ class Layout:
     flavour: str  # "v1" or "v2"
     cpu_root: Path  # the cpuacct hierarchy (v1) or the cgroup2 mount (v2)
     kill_root: Path  # the freezer hierarchy (v1) or the cgroup2 mount (v2)
+    bound_roots: tuple[Path, ...] = ()  # v1: the pids and memory hierarchies (Bounds)
 
     @property
     def roots(self) -> list[Path]:
-        return [self.cpu_root] if self.cpu_root == self.kill_root else [self.cpu_root, self.kill_root]
+        return list(dict.fromkeys([self.cpu_root, self.kill_root, *self.bound_roots]))
 
 
 def reasons(m: Mounts) -> dict[str, str | None]:
@@ -94,7 +104,8 @@ def layout(m: Mounts | None = None, flavour: str | None = None) -> Layout:
             # reasons() says None only for a flavour whose hierarchies are mounted
             if f == "v1":
                 assert m.v1_cpuacct is not None and m.v1_freezer is not None
-                return Layout("v1", m.v1_cpuacct, m.v1_freezer)
+                bound = tuple(p for p in (m.v1_pids, m.v1_memory) if p is not None and p != m.v1_blkio)
+                return Layout("v1", m.v1_cpuacct, m.v1_freezer, bound)
             assert m.v2 is not None
             return Layout("v2", m.v2, m.v2)
     raise CapabilityMissing("no cgroup hierarchy can hold a trial's processes: "
@@ -112,6 +123,33 @@ def describe() -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the trial cgroup
 
+TRIAL_PIDS_MAX = 4096  # tasks per trial: 16 x 256 fio clones, or a JVM's few hundred threads, fit
+MEMORY_SHARE = 0.9  # of MemAvailable when the trial starts
+MIN_MEMORY = 512 << 20
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What one trial may use at most; memory None: MEMORY_SHARE of what is available now."""
+
+    pids: int = TRIAL_PIDS_MAX
+    memory: int | None = None
+
+    def memory_bytes(self) -> int:
+        return self.memory if self.memory is not None else max(MIN_MEMORY, int(MEMORY_SHARE * mem_available()))
+
+
+def mem_available() -> int:
+    """MemAvailable of /proc/meminfo in bytes (0 when unreadable)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 class TrialCgroup:
     """One trial's cgroup. `create()` makes it (ledger first), `close()` ends and removes it."""
 
@@ -120,6 +158,7 @@ class TrialCgroup:
         self.name = name
         self._ledger: Ledger | None = None
         self._res: Resource | None = None
+        self.bounds: dict[str, int | None] = {"pids": None, "memory": None}  # what was written
 
     @property
     def dirs(self) -> list[Path]:
@@ -134,17 +173,37 @@ class TrialCgroup:
         return self.layout.kill_root / self.name
 
     @classmethod
-    def create(cls, ledger: Ledger | None, label: str = TRIAL_LABEL, lay: Layout | None = None) -> TrialCgroup:
-        """Make it; with a ledger, the entry is written (pending) before the first mkdir, so
-        `iolab clean` ends and removes it after a kill -9 at any instant."""
+    def create(cls, ledger: Ledger | None, label: str = TRIAL_LABEL, lay: Layout | None = None,
+               bounds: Bounds | None = Bounds()) -> TrialCgroup:  # noqa: B008 -- frozen: safe to share
+        """Make it, bounded (`Bounds`, None: unbounded); with a ledger, the entry is written
+        (pending) before the first mkdir, so `iolab clean` ends and removes it after a kill -9
+        at any instant. The bounds are written before any process can join."""
         cg = cls(lay or layout(), owners.tag(label, uuid.uuid4().hex[:8]))
         if ledger is None:
             processes.make(cg.dirs)
-            return cg
-        with ledger.creating("cgroup", str(cg.kill_dir), action="kill", dirs=[str(d) for d in cg.dirs]) as res:
-            processes.make(cg.dirs)
-        cg._ledger, cg._res = ledger, res
+        else:
+            with ledger.creating("cgroup", str(cg.kill_dir), action="kill", dirs=[str(d) for d in cg.dirs]) as res:
+                processes.make(cg.dirs)
+            cg._ledger, cg._res = ledger, res
+        if bounds is not None:
+            try:
+                cg.limit(bounds)
+            except BaseException:
+                cg.close()
+                raise
         return cg
+
+    def limit(self, bounds: Bounds) -> None:
+        """Write pids.max and the memory limit wherever the trial's directories offer them."""
+        memory = bounds.memory_bytes()
+        for d in self.dirs:
+            if (d / "pids.max").exists():
+                (d / "pids.max").write_text(str(bounds.pids))
+                self.bounds["pids"] = bounds.pids
+            for name in ("memory.limit_in_bytes", "memory.max"):  # v1, v2
+                if (d / name).exists():
+                    (d / name).write_text(str(memory))
+                    self.bounds["memory"] = memory
 
     def spawn_group(self, tag: str) -> SpawnCgroup:
         """The leaf for one process (tree) an executor starts in this trial."""
@@ -181,7 +240,20 @@ class TrialCgroup:
         """Facts for the trial manifest (read before close())."""
         total, user, system = processes.cpu_times(self.cpu_dir)
         return {"flavour": self.layout.flavour, "name": self.name, "cpu_s": round(total, 6),
-                "cpu_user_s": round(user, 6), "cpu_sys_s": round(system, 6)}
+                "cpu_user_s": round(user, 6), "cpu_sys_s": round(system, 6), "bounds": dict(self.bounds),
+                **self.peaks()}
+
+    def peaks(self) -> dict[str, int]:
+        """The most tasks and memory the trial used (where the kernel keeps a high-water mark)."""
+        out: dict[str, int] = {}
+        for d in self.dirs:
+            for name, key in (("pids.peak", "pids_peak"), ("memory.max_usage_in_bytes", "memory_peak"),
+                              ("memory.peak", "memory_peak")):
+                try:
+                    out[key] = int((d / name).read_text().split()[0])
+                except (OSError, ValueError, IndexError):
+                    continue
+        return out
 
 
 class SpawnCgroup:
@@ -240,6 +312,10 @@ class SpawnCgroup:
 
     def populated(self) -> bool:
         return processes.populated(self.kill_dir)
+
+    def pids(self) -> list[int]:
+        """Every process of the tree now (the group it is counted and ended in)."""
+        return processes.pids(self.kill_dir)
 
     def kill(self) -> None:
         processes.kill(self.kill_dir)

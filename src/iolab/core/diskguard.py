@@ -28,6 +28,9 @@ MAX_PATH = 4096
 
 # Device numbers the user allowed to be overwritten (--destroy-data).
 _DESTROY_ALLOWED: set[tuple[int, int]] = set()
+# Regular files (st_dev, st_ino) the user allowed to be overwritten (--destroy-data FILE): a
+# file in a host directory that existed before the study is otherwise kept read-only.
+_DESTROY_FILES: set[tuple[int, int]] = set()
 
 
 @dataclass(frozen=True)
@@ -96,12 +99,42 @@ def check_free(value: str) -> BlockNode:
 
 
 def allow_destroy(values: Iterable[str]) -> None:
-    """--destroy-data: each value must name a block device; that device (by number) is allowed."""
+    """--destroy-data: each value must name a block device (allowed by its number) or a regular
+    file (allowed by its inode: a file that was in a host directory before the study)."""
     for v in values:
+        try:
+            st = os.stat(v) if isinstance(v, str) and v and "\0" not in v else None
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode):
+            _DESTROY_FILES.add((st.st_dev, st.st_ino))
+            continue
         try:
             _DESTROY_ALLOWED.add(block_device(v).rdev)
         except ValueError as exc:
             raise RefusedError(f"--destroy-data {v}: it {exc}") from None
+
+
+def destroy_allowed(path: str) -> bool:
+    """Did the user name this block device or regular file (any path to it) with --destroy-data?"""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return (st.st_dev, st.st_ino) in _DESTROY_FILES
+    return stat.S_ISBLK(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) in _DESTROY_ALLOWED
+
+
+def check_named(value: str) -> BlockNode:
+    """check_free, and the device must also have been named with --destroy-data: a spec or job
+    file alone never points iolab at a disk it did not make (docs/threat-model.md)."""
+    node = check_free(value)
+    if node.rdev not in _DESTROY_ALLOWED:
+        raise RefusedError(f"refusing to use {value}: iolab writes a block device it did not make only when you "
+                           f"name it on the command line. If {node.path} may be overwritten, pass "
+                           f"--destroy-data {value}")
+    return node
 
 
 def data_signs(node: BlockNode) -> list[str]:

@@ -9,22 +9,27 @@ the guest agent. This is what lets one study spec run on either.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO
 
 from iolab.cgroups.trial import SpawnCgroup, TrialCgroup
+from iolab.core import confine, diskguard, signals
 from iolab.core import owner as owners
-from iolab.core import signals
+from iolab.core.confine import Confinement
+from iolab.core.errors import RefusedError
 from iolab.core.resources import Ledger, Resource
 from iolab.core.signals import STOP_SIGNALS
 
@@ -40,8 +45,25 @@ class ExecRequest:
     # cgroup.procs files the process joins before exec (after its own leaf, cgroups.trial),
     # so its first I/O is already charged
     cgroup_procs: list[str] = field(default_factory=list)
-    # files to read back from the work dir after the run (e.g. fio --output)
+    # files to read back from the work dir after the run (e.g. fio --output), each up to MAX_OUTPUT
     collect: list[str] = field(default_factory=list)
+    # block devices this process may also write (a device an imported job file names): on a
+    # confined host executor each must be one the user named with --destroy-data
+    devices: list[str] = field(default_factory=list)
+    # False only for iolab's own fixed commands that act on the machine (dropping the page
+    # cache): never for a process whose arguments or input come from a spec or a job file
+    confined: bool = True
+    # True for a process that talks to another process over the host's loopback (iperf3's
+    # server and client, two processes in two confinements): on a confined host executor it
+    # keeps the host's network namespace instead of a private one (where 127.0.0.1 is its
+    # own); what it may write and which devices it sees stay the same
+    network: bool = False
+
+
+# What is read back of a process's stdout, stderr and each collected file. A process whose
+# stdout or stderr grows past it is killed (fio told to write its data to stdout, `filename=-`,
+# would otherwise fill the spool file and iolab's memory).
+MAX_OUTPUT = 64 << 20
 
 
 @dataclass
@@ -55,6 +77,7 @@ class ExecResult:
     cpu_sys_s: float
     timed_out: bool = False
     collected: dict[str, str] = field(default_factory=dict)
+    output_exceeded: bool = False  # killed because stdout/stderr grew past MAX_OUTPUT
 
     @property
     def cpu_busy(self) -> float:
@@ -99,6 +122,10 @@ class Running(ABC):
     @abstractmethod
     def kill(self) -> None: ...
 
+    def send_signal(self, sig: int) -> None:
+        """Send `sig` to the command itself (where the executor can)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot signal its process")
+
 
 class Executor(ABC):
     """Where commands of a trial run (host, or a guest agent)."""
@@ -129,7 +156,8 @@ class _HostRunning(Running):
     what escapes its session or is reparented (fio's job processes, a forked sleeper): the
     CPU time of the result is read from it, and kill() ends the whole tree through it."""
 
-    def __init__(self, req: ExecRequest, workdir: Path, leaf: SpawnCgroup, spawn_tag: str | None = None):
+    def __init__(self, req: ExecRequest, workdir: Path, leaf: SpawnCgroup, spawn_tag: str | None = None,
+                 argv: list[str] | None = None):
         self.req = req
         self.workdir = workdir
         self.leaf = leaf
@@ -149,8 +177,9 @@ class _HostRunning(Running):
         env.update(req.env)
         if spawn_tag:  # inherited by every descendant: `iolab clean` also finds them by it
             env[owners.ENV_SPAWN] = spawn_tag
+        self.confined = argv is not None and argv != req.argv
         self.proc = subprocess.Popen(
-            req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
+            argv or req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
             env=env, start_new_session=own_session, preexec_fn=_child_setup,
         )
         self._result: ExecResult | None = None
@@ -160,13 +189,14 @@ class _HostRunning(Running):
         if self._result is not None:
             return self._result
         deadline = self.t0 + self.req.timeout_s
-        timed_out = False
+        timed_out = exceeded = False
         while True:
             pid, status = self._wait(os.WNOHANG)
             if pid:
                 break
-            if time.monotonic() > deadline:
-                timed_out = True
+            exceeded = _spooled(self._out) > MAX_OUTPUT or _spooled(self._err) > MAX_OUTPUT
+            if exceeded or time.monotonic() > deadline:
+                timed_out = not exceeded
                 self.kill()
                 pid, status = self._wait(0)
                 break
@@ -176,19 +206,21 @@ class _HostRunning(Running):
         _total, user_s, sys_s = self.leaf.cpu_times()
         self.leaf.remove()
 
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        code = os.waitstatus_to_exitcode(status)
+        self.proc.returncode = confine.returncode(code) if self.confined else code
         self._out.seek(0)
         self._err.seek(0)
         collected = {}
         for name in self.req.collect:
-            p = self.workdir / name
-            if p.exists():
-                collected[name] = p.read_text(errors="replace")
+            text = _read_capped(self.workdir / name)
+            if text is not None:
+                collected[name] = text
         self._result = ExecResult(
             argv=self.req.argv, returncode=self.proc.returncode,
-            stdout=self._out.read().decode(errors="replace"),
-            stderr=self._err.read().decode(errors="replace"),
+            stdout=self._out.read(MAX_OUTPUT).decode(errors="replace"),
+            stderr=self._err.read(MAX_OUTPUT).decode(errors="replace"),
             wall_s=wall_s, cpu_user_s=user_s, cpu_sys_s=sys_s, timed_out=timed_out, collected=collected,
+            output_exceeded=exceeded,
         )
         self._out.close()
         self._err.close()
@@ -203,6 +235,17 @@ class _HostRunning(Running):
         except ChildProcessError:
             return self.proc.pid, 9  # reaped elsewhere: report it as killed
 
+    def send_signal(self, sig: int) -> None:
+        """Send `sig` to the command (fio's client asks its server to stop the job on SIGINT).
+        Confined, the process iolab started is bwrap, which passes no signal on and would die
+        of it: the signal goes to every process of the leaf but bwrap's own, i.e. the command
+        and what it started."""
+        targets = [self.proc.pid] if not self.confined else [
+            pid for pid in self.leaf.pids() if _comm(pid) not in ("bwrap", None)]
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
     def kill(self) -> None:
         """Kill the process and everything it started (its cgroup leaf), and wait until they
         are gone, so nothing still holds the target's device when the target is torn down."""
@@ -216,6 +259,9 @@ class _HostRunning(Running):
 class HostExecutor(Executor):
     """Runs commands on the host in a private work dir removed at close().
 
+    With a `confinement` (core.confine; every target that runs a trial's I/O gives one),
+    each process runs inside it, the work dir writable besides what the confinement names.
+
     Every process goes into a cgroup leaf of its own (cgroups.trial): inside the trial's
     cgroup when the executor was given one (`within()`, the runner does it per trial),
     else at the hierarchy root. With a ledger, the work dir and every process are recorded
@@ -228,7 +274,7 @@ class HostExecutor(Executor):
     name = "host"
 
     def __init__(self, parent: Path | None = None, ledger: Ledger | None = None,
-                 cgroup: TrialCgroup | None = None):
+                 cgroup: TrialCgroup | None = None, confinement: Confinement | None = None):
         parent = parent if parent is not None else Path(tempfile.gettempdir())
         parent.mkdir(parents=True, exist_ok=True)
         self.ledger = ledger
@@ -242,6 +288,10 @@ class HostExecutor(Executor):
             with ledger.creating("dir", str(self.workdir), recursive=True) as res:
                 self.workdir.mkdir(mode=0o700)
             self._dir_res = res
+        self.confinement = confinement.with_writable(str(self.workdir)) if confinement is not None else None
+        if confinement is not None and confinement.user is not None:  # own_dir_only: the work dir is the user's
+            os.chown(self.workdir, *confinement.user)
+            os.chmod(self.workdir, 0o711)  # bwrap enters it before the user switch, with no capability left
 
     def within(self, cgroup: TrialCgroup | None) -> HostExecutor:
         """This executor (same work dir and ledger), placing what it starts in `cgroup`."""
@@ -256,17 +306,34 @@ class HostExecutor(Executor):
         tag = uuid.uuid4().hex[:16]
         leaf = self.cgroup.spawn_group(tag) if self.cgroup is not None else SpawnCgroup.standalone(tag)
         leaf.place(req.cgroup_procs)
+        argv = self.confined_argv(req)
+        if argv != req.argv and "TMPDIR" not in req.env:
+            # /tmp is read-only in the confinement: temporary files (iperf3's stream buffers,
+            # mkstemp in /tmp unless TMPDIR says where) go to the one place it may write
+            req = replace(req, env={**req.env, "TMPDIR": str(self.workdir)})
         if self.ledger is None:
             with signals.held():
                 leaf.make()
-                return _started(req, self.workdir, leaf, tag)
+                return _started(req, self.workdir, leaf, tag, argv)
         ledger = self.ledger
         with ledger.creating("pgroup", "", spawn=tag, **leaf.ledger_info()) as res:
             leaf.make()
-            running = _started(req, self.workdir, leaf, tag)
+            running = _started(req, self.workdir, leaf, tag, argv)
             ledger.update(res, ident=str(running.proc.pid), start=_start_time(running.proc.pid))
         running.on_reaped = lambda: ledger.forget(res)
         return running
+
+    def confined_argv(self, req: ExecRequest) -> list[str]:
+        """The argv that runs `req`: inside the confinement (the request's devices granted only
+        if the user named them with --destroy-data), or as it is without one."""
+        if self.confinement is None or not req.confined:
+            return list(req.argv)
+        for dev in req.devices:
+            if not diskguard.destroy_allowed(dev):
+                raise RefusedError(f"{dev}: a process may write a block device iolab did not make only when the "
+                                   f"user names it with --destroy-data {dev}")
+        confinement = replace(self.confinement, share_net=True) if req.network else self.confinement
+        return confinement.argv(req.argv, cwd=str(self.workdir), extra_devices=req.devices)
 
     def close(self) -> None:
         if not self._owns_workdir:
@@ -277,15 +344,45 @@ class HostExecutor(Executor):
             self._dir_res = None
 
 
-def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str) -> _HostRunning:
+def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str, argv: list[str]) -> _HostRunning:
     """Popen in the leaf made just before; a Popen that fails leaves no leaf behind."""
     try:
-        return _HostRunning(req, workdir, leaf, tag)
+        return _HostRunning(req, workdir, leaf, tag, argv)
     except BaseException:
         leaf.remove()
         raise
 
 
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def _start_time(pid: int) -> str:
     start = owners.start_time(pid)
     return "" if start is None else str(start)
+
+
+def _spooled(f: IO[bytes]) -> int:
+    """Bytes a process wrote to its spooled stdout or stderr so far."""
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (OSError, ValueError):
+        return 0
+
+
+def _read_capped(path: Path) -> str | None:
+    """A collected file's text, at most MAX_OUTPUT bytes of it; None if absent or not a regular file
+    (a job can make its output name a FIFO or a link to /dev/zero)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = f.read(MAX_OUTPUT + 1)
+    text = data[:MAX_OUTPUT].decode(errors="replace")
+    return text + (f"\n[iolab: cut at {MAX_OUTPUT >> 20} MiB]" if len(data) > MAX_OUTPUT else "")

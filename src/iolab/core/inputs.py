@@ -125,6 +125,33 @@ def _check_place(obj: Path, directory: Path, what: str, given: Path, need: int) 
         raise InputError(f"{what} {given}: {os.strerror(errno.EACCES).lower()} ({obj})")
 
 
+# Directories that are the system's, never a place for a study's files (a host target's
+# `directory`): SYSTEM_TREES and anything under them, SYSTEM_DIRS themselves (a directory
+# under /home or /var/tmp is fine; a data disk mounted on /mnt or /srv is too).
+SYSTEM_TREES = ("/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/run")
+SYSTEM_DIRS = ("/", "/var", "/var/lib", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/root", "/home",
+               "/tmp", "/var/tmp")
+
+
+def system_directory_problem(directory: str) -> str | None:
+    """Why a directory (resolved: symlinks followed) is the system's and not a place for a
+    study's files, or None: SYSTEM_DIRS, anything in SYSTEM_TREES, any directory on a pseudo
+    filesystem (also /proc's and /sys's look-alikes mounted elsewhere), and an empty string."""
+    if directory == "":
+        return "is empty (leave `directory` out for a scratch directory iolab makes and removes)"
+    real = os.path.realpath(directory)
+    shown = directory if real == directory else f"{directory} (that is {real})"
+    if real in SYSTEM_DIRS or real in SYSTEM_TREES:
+        return f"{shown} is a system directory: name a directory of your own (e.g. a new one under it)"
+    for tree in SYSTEM_TREES:
+        if real.startswith(tree + "/"):
+            return f"{shown} is inside {tree}, which belongs to the system"
+    fstype, mountpoint, _options = _mount_of(Path(real))
+    if fstype in PSEUDO_FS:
+        return f"{shown} is on {mountpoint}, a {fstype} filesystem, which holds no files of yours"
+    return None
+
+
 def _mount_of(path: Path) -> tuple[str, str, str]:
     """(fstype, mount point, mount options) of the mount holding `path` (/proc/self/mountinfo)."""
     best = ("", "/", "")

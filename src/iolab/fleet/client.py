@@ -22,8 +22,13 @@ own client, in its own work directory, with its own deadline:
   the relay socket in the work dir (fleet/relay.py), `logs/h_iops.1.log.server.sock`.
 * **As an unprivileged user.** fio's client obeys its server (SENDFILE reads any file it
   names, IOLOG writes at any path it names), so each client runs as accounts.CLIENT_USER
-  with a work dir of its own (0700) under one only root may enter; `client_argv` is the one
-  place where the OS-level confinement of issue 23 wraps it.
+  with a work dir of its own (0700) under one only root may enter.
+* **Confined to its work dir** (`client_confinement`, core/confine.py): what the user alone
+  does not stop, a mount namespace does. The client sees the root read-only and, in place of
+  the directories where users and iolab keep data (/root, /home, /tmp, /var/tmp, /var/lib,
+  /srv, /mnt, /media, /opt, iolab's data and scratch dirs), empty read-only ones: a file there
+  that happens to be world-readable cannot be sent back, a world-writable directory cannot be
+  written. Only its work dir is writable; the network is the host's (it dials its servers).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iolab.core import paths
+from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import ExecRequest, ExecResult, HostExecutor, Running
 from iolab.core.resources import Ledger
@@ -95,6 +102,33 @@ def client_argv(account: accounts.Account, argv: list[str]) -> list[str]:
     prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
     return accounts.drop_argv(account, [prlimit, f"--fsize={FILE_SIZE_LIMIT}", "--",
                                         "/bin/sh", "-c", _GATE_SCRIPT, "iolab-fleet-gate", *argv])
+
+
+# Where users and iolab keep data: hidden from a fleet client (an empty read-only tmpfs each).
+# /run stays (/etc/resolv.conf may point into it: remote hosts are dialled by name), as does
+# /etc (the system's own configuration; its secrets, /etc/shadow, are root's alone).
+CLIENT_HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/var/lib", "/srv", "/mnt", "/media", "/opt", "/etc/iolab")
+
+
+def client_confinement(programs: tuple[str, ...] = ()) -> Confinement:
+    """The fleet client's confinement: everything read-only, the data directories hidden, only
+    the executor's work dir writable (HostExecutor adds it), the host's network. It keeps for
+    `client_argv`'s setpriv just what switching to the client's user takes (setuid, setgid, the
+    bounding set) and entering the work dir that user owns (DAC_READ_SEARCH); setpriv drops
+    all of them, also from the bounding set, before anything of fio runs. A directory that
+    holds one of `programs` (a fio built into /opt) stays visible."""
+    def under(path: str, d: str) -> bool:
+        return path == d or path.startswith(d + "/")
+
+    needed = [os.path.realpath(p) for p in programs]
+    hidden: list[str] = []
+    for d in (*CLIENT_HIDDEN, str(paths.data_dir()), str(paths.scratch_dir())):
+        real = os.path.realpath(d)
+        if os.path.isdir(real) and not any(under(real, h) for h in hidden) \
+                and not any(under(p, real) for p in needed):
+            hidden.append(real)
+    return Confinement(hidden=tuple(hidden), share_net=True,
+                       caps=("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH"))
 
 
 def expected_seconds(job: str) -> float | None:
@@ -177,8 +211,9 @@ def run_clients(base: Path, ledger: Ledger | None, hosts: list[FleetHost], jobs:
 
 
 def _prepare(base: Path, ledger: Ledger | None, h: FleetHost, job: str, account: accounts.Account) -> _Client:
-    """The host's work dir (the client's user's, 0700), its job, its gate, its relay."""
-    ex = HostExecutor(base, ledger)
+    """The host's work dir (the client's user's, 0700), its job, its gate, its relay; the client
+    confined to that dir (client_confinement)."""
+    ex = HostExecutor(base, ledger, confinement=client_confinement((shutil.which("fio") or "fio",)))
     c = _Client(h, ex)
     try:
         accounts.give(ex.workdir, account, 0o700)
@@ -265,9 +300,9 @@ def _supervise(clients: list[_Client], released: float, own_limit: float, expect
 def _interrupt(c: _Client) -> None:
     """SIGINT the client: fio's client then asks its server to stop the job."""
     c.stopped_at = c.stopped_at or time.monotonic()
-    if c.pid is not None and not c.done.is_set():
+    if c.running is not None and not c.done.is_set():
         with contextlib.suppress(ProcessLookupError):
-            os.kill(c.pid, signal.SIGINT)
+            c.running.send_signal(signal.SIGINT)  # to fio inside its confinement, not to bwrap
 
 
 def _stop_all(clients: list[_Client]) -> None:

@@ -42,6 +42,7 @@ from iolab.core.exec import set_session_policy
 from iolab.core.model import Config, Trial, TrialResult
 from iolab.core.resources import Ledger
 from iolab.core.signals import STOP_SIGNALS
+from iolab.core.units import MAX_DURATION
 from iolab.probes.base import Probe
 from iolab.probes.registry import probe_classes
 from iolab.runner import confounders, plan
@@ -124,8 +125,10 @@ class Runner:
 
     def timeout_for(self, c: Config, time_factor: float = 1.0) -> float:
         """The spec's trial_timeout, else 3x the workload's estimate (stretched by the placement's
-        time factor: a TCG guest) plus a minute."""
-        return self.spec.settings.trial_timeout or 3 * self.workloads[c.id].estimate_seconds() * time_factor + 60
+        time factor: a TCG guest) plus a minute, at most 30 days like trial_timeout itself (a job
+        file's runtime=99999999999999d must not make a timeout that never comes)."""
+        derived = 3 * self.workloads[c.id].estimate_seconds() * time_factor + 60
+        return self.spec.settings.trial_timeout or min(derived, MAX_DURATION)
 
     def estimate_seconds(self) -> float:
         reps = self.spec.settings.repetitions

@@ -3,7 +3,8 @@
 The guard is `core.diskguard` (the same one the `cgroups` target and imported fio job files
 use): the device is identified by its device number, and one with partitions, a signature,
 a mount, a holder or swap use (or a partition of a disk in use) is refused unless the user
-names it in `--destroy-data DEVICE`.
+names it in `--destroy-data DEVICE`; since a spec may come from elsewhere, even a device
+with no sign of data is used only when the user names it so (docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import field_validator
 
 from iolab.core import diskguard, paths
+from iolab.core.confine import Confinement
 from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.targets import blockinfo
@@ -41,8 +43,10 @@ def device_size(device: str) -> int | None:
 
 
 def check_device_is_free(device: str) -> None:
-    """Raise RefusedError when the device shows any sign of holding data (core.diskguard)."""
-    diskguard.check_free(device)
+    """Raise RefusedError when the device shows any sign of holding data, or the user did not
+    name it with --destroy-data (core.diskguard.check_named): a spec alone never points
+    iolab at a disk it did not make."""
+    diskguard.check_named(device)
 
 
 class BlockDeviceParams(TargetParams):
@@ -76,18 +80,22 @@ class BlockDeviceTarget(Target):
                                                           "directory"})
 
     def describe(self) -> list[str]:
-        return [f"OVERWRITES the block device {self.params.device} (refused if it holds data, "
-                f"unless --destroy-data {self.params.device})"]
+        return [f"OVERWRITES the block device {self.params.device} (refused unless you name it with "
+                f"--destroy-data {self.params.device})",
+                f"each trial's processes can write only {self.params.device} and iolab's work dir "
+                "(confined: core/confine.py)"]
 
     def preflight(self) -> None:
         check_device_is_free(self.params.device)
 
     def setup(self) -> Placement:
         self.preflight()
-        self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
+        confinement = Confinement(devices=(self.params.device,))
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = os.path.basename(self.params.device)
         return Placement(executor=self.executor, path=self.params.device, host_device=dev, is_block_device=True,
-                         manifest={"target": "device", "queue": blockinfo.queue_settings(dev)})
+                         manifest={"target": "device", "queue": blockinfo.queue_settings(dev),
+                                   "confinement": confinement.manifest()})
 
     def teardown(self) -> None:
         if self.executor:

@@ -32,6 +32,7 @@ from iolab.cgroups.registry import ALIASES, BACKENDS
 from iolab.cgroups.session import CgroupSession
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import paths
+from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
@@ -141,14 +142,16 @@ class CgroupSetTarget(Target):
 
     def describe(self) -> list[str]:
         p = self.params
-        where = (f"the block device {p.device} (refused if it holds data, unless --destroy-data {p.device})"
+        where = (f"the block device {p.device} (refused unless you name it with --destroy-data {p.device})"
                  if p.device else f"a {format_size(p.size)} pre-filled scratch loop device under {paths.scratch_dir()}")
         if p.filesystem != "none":
             where += f", with {p.filesystem} and a pre-filled {format_size(p.data_size)} file for the load"
         return [f"uses {where}",
                 f"selects cgroup I/O controller {p.controller} on it: scheduler and tunables "
                 f"{dict(p.tunables) or '(backend defaults)'} restored afterwards",
-                "creates cgroups iolab-<run>/t<trial>-g<i> per trial, removed after each trial and on any exit"]
+                "creates cgroups iolab-<run>/t<trial>-g<i> per trial, removed after each trial and on any exit",
+                f"each trial's processes can write only that {'filesystem' if p.filesystem != 'none' else 'device'} "
+                "and iolab's work dir (confined: core/confine.py)"]
 
     def preflight(self) -> None:
         if self.params.device:
@@ -169,10 +172,13 @@ class CgroupSetTarget(Target):
         self.session.prepare_device()
         self.session.backend.create_parent(self.session.runid)
         self.session.setup_s = time.monotonic() - t0
-        self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
+        mnt = self.loop.mountpoint if self.loop else None
+        confinement = Confinement(writable=(str(mnt),)) if mnt else Confinement(devices=(device,))
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = os.path.basename(device)
         manifest = {"target": "cgroups", "controller": controller, "requested_controller": p.controller,
-                    "queue": blockinfo.queue_settings(dev), **self.session.manifest()}
+                    "queue": blockinfo.queue_settings(dev), **self.session.manifest(),
+                    "confinement": confinement.manifest()}
         groups: WeightedGroups = SessionGroups(self.session)  # mypy checks the whole protocol here
         if self.loop:
             manifest["image"] = str(self.loop.image)

@@ -79,8 +79,10 @@ class FleetTarget(Target):
     def describe(self) -> list[str]:
         hosts = self.params.hosts
         lines = [f"fleet of {len(hosts)} host(s), one fio --client per host run here as the unprivileged user "
-                 f"{CLIENT_USER} (each in a work directory of its own); before any load (also for --dry-run) "
-                 "iolab connects to every host: reachable, same fio, clock skew (0.2 s ioengine=null probe jobs)"]
+                 f"{CLIENT_USER} (each in a work directory of its own, confined: it can write only that "
+                 "directory and sees no home, /tmp, /var/tmp, /var/lib or iolab data); before any load (also "
+                 "for --dry-run) iolab connects to every host: reachable, same fio, clock skew (0.2 s ioengine=null "
+                 "probe jobs)"]
         for h in hosts:
             if h.device:
                 what = (f"OVERWRITES the block device {h.device} (refused if it holds data, or if the host is "

@@ -48,6 +48,7 @@ from pydantic import Field, field_validator
 
 from iolab.core import owner, paths
 from iolab.core.cleaners import attached_loops, detach_loop, is_mounted, loop_backing_file
+from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing, RefusedError
 from iolab.core.exec import HostExecutor
 from iolab.core.inputs import path_problem
@@ -322,6 +323,7 @@ class FsImageTarget(Target):
                 "another program uses it, locked while iolab does",
                 "workloads make their files in a directory of iolab's own in it, removed with everything in it at the "
                 "end; nothing else in the image is touched",
+                "each trial's processes can write only that directory and iolab's work dir (confined: core/confine.py)",
                 "unmounts it and detaches the loop device at the end, also on failure or Ctrl-C"]
 
     def preflight(self) -> None:
@@ -357,13 +359,16 @@ class FsImageTarget(Target):
             if r.returncode != 0:
                 raise CapabilityMissing(f"could not mount {p.image} ({dev}): {r.stderr.strip()}")
             (mnt / tag).mkdir(mode=0o700)
-        self.executor = HostExecutor(scratch, self.ledger)
+        # trial processes can write only iolab's own directory in the image (core/confine.py):
+        # the user's files beside it stay read-only whatever name a job reaches them by
+        confinement = Confinement(writable=(str(mnt / tag),))
+        self.executor = HostExecutor(scratch, self.ledger, confinement=confinement)
         name = os.path.basename(dev)
         manifest: dict[str, Any] = {
             "target": KIND, "image": p.image, "image_bytes": st.st_size, "filesystem": probe(p.image)[0],
             "loop_device": dev, "direct_io": Path(f"/sys/block/{name}/loop/dio").read_text().strip() == "1",
             "mount_options": MOUNT_OPTIONS, "queue": blockinfo.queue_settings(name),
-            "backing_device": blockinfo.device_of_path(p.image)}
+            "backing_device": blockinfo.device_of_path(p.image), "confinement": confinement.manifest()}
         return Placement(executor=self.executor, directory=str(mnt / tag), host_device=name, manifest=manifest)
 
     def teardown(self) -> None:

@@ -1,7 +1,12 @@
 """Host directory target: the workload does I/O on files in a directory of the host.
 
 Without a directory, iolab makes a scratch one and removes it afterwards. A given
-directory is never removed; only the files iolab's workloads create in it are.
+directory is never removed, and what it held before the study stays as it was: every
+entry there at set-up is bound read-only over itself in the trials' confinement
+(core/confine.py), so it can be neither written nor removed, whatever name a job file
+reaches it by, unless the user named that file with --destroy-data. A system directory
+(`/`, /etc, /usr, /proc, ..., anything on a pseudo filesystem) is refused when the spec is
+read (core.inputs.system_directory_problem).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 import iolab.core.cleaners  # noqa: F401
-from iolab.core import owner, paths, sizing
+from iolab.core import diskguard, owner, paths, sizing
+from iolab.core.confine import Confinement, preexisting
 from iolab.core.exec import HostExecutor
-from iolab.core.inputs import path_problem
+from iolab.core.inputs import path_problem, system_directory_problem
 from iolab.core.resources import Ledger, Resource
 from iolab.targets import blockinfo
 from iolab.targets.base import Placement, Target, TargetOffer, TargetParams
@@ -30,12 +36,17 @@ class HostDirParams(TargetParams):
     @field_validator("directory")
     @classmethod
     def _exists(cls, v: str | None) -> str | None:
-        problem = None if v is None else path_problem(v)
+        if v is None:
+            return None
+        problem = path_problem(v)
         if problem:
             raise ValueError(f"the path {problem}")
-        if v is not None and not Path(v).is_dir():
+        if v and not Path(v).is_dir():
             raise ValueError(f"directory {v!r} does not exist")
-        return None if v is None else str(Path(v).resolve())
+        problem = system_directory_problem(v)
+        if problem:
+            raise ValueError(f"directory {problem}")
+        return str(Path(v).resolve())
 
 
 class HostDirTarget(Target):
@@ -64,9 +75,15 @@ class HostDirTarget(Target):
                                   + ("" if params.directory else " (directory = ..., or IOLAB_SCRATCH)")})
 
     def describe(self) -> list[str]:
-        if self.params.directory:
-            return [f"writes and removes its own files in {self.params.directory}"]
-        return [f"creates a scratch directory under {paths.scratch_dir()} and removes it afterwards"]
+        d = self.params.directory
+        if d:
+            return [f"writes and removes its own files in {d}; what is there now stays read-only "
+                    f"({_entries(d)}; a file named with --destroy-data excepted)",
+                    f"each trial's processes can write only new files in {d} and iolab's work dir "
+                    "(confined: core/confine.py)"]
+        return [f"creates a scratch directory under {paths.scratch_dir()} and removes it afterwards",
+                "each trial's processes can write only that directory and iolab's work dir "
+                "(confined: core/confine.py)"]
 
     def setup(self) -> Placement:
         directory = self.params.directory
@@ -77,9 +94,12 @@ class HostDirTarget(Target):
                 d.mkdir()
             self.made = made
             directory = str(d)
-        self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
+        protected = preexisting(directory, diskguard.destroy_allowed) if self.params.directory else ()
+        confinement = Confinement(writable=(directory,), protected=protected)
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = blockinfo.device_of_path(directory)
-        manifest: dict[str, Any] = {"target": "host", "directory": directory, "filesystem": _fstype(directory)}
+        manifest: dict[str, Any] = {"target": "host", "directory": directory, "filesystem": _fstype(directory),
+                                    "confinement": confinement.manifest()}
         if dev:
             manifest["queue"] = blockinfo.queue_settings(dev)
         return Placement(executor=self.executor, directory=directory, host_device=dev, manifest=manifest)
@@ -91,6 +111,14 @@ class HostDirTarget(Target):
         if self.made:
             self.ledger.release(self.made)
             self.made = None
+
+
+def _entries(directory: str) -> str:
+    try:
+        n = len(os.listdir(directory))
+    except OSError:
+        return "unreadable now"
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
 
 
 def _room(directory: Path) -> tuple[int, int | None]:

@@ -25,6 +25,7 @@ from iolab.cgroups import (
 from iolab.cgroups import scheduler as sched
 from iolab.cgroups.device import resolve
 from iolab.core import owner, paths, sizing
+from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger, Resource
@@ -213,6 +214,8 @@ class LoopTarget(Target):
         if p.scheduler != "keep":
             lines.append(f"sets the loop device's scheduler to {p.scheduler} (restored afterwards)")
         lines.append("removes all of it at the end, also on failure or Ctrl-C")
+        what = "the filesystem on that loop device" if p.filesystem != "none" else "that loop device"
+        lines.append(f"each trial's processes can write only {what} and iolab's work dir (confined: core/confine.py)")
         return lines
 
     def preflight(self) -> None:
@@ -224,10 +227,13 @@ class LoopTarget(Target):
                                         sector_size=p.sector_size, prefill=p.prefill)
         if p.scheduler != "keep":
             self.sched = set_scheduler(self.ledger, self.loop.device, p.scheduler)
-        self.executor = HostExecutor(paths.scratch_dir(), self.ledger)
+        mnt = self.loop.mountpoint
+        confinement = Confinement(writable=(str(mnt),)) if mnt else Confinement(devices=(self.loop.device,))
+        self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = os.path.basename(self.loop.device)
         manifest = {"target": "loop", "queue": blockinfo.queue_settings(dev), "image": str(self.loop.image),
-                    "backing_device": blockinfo.device_of_path(str(self.loop.image))}
+                    "backing_device": blockinfo.device_of_path(str(self.loop.image)),
+                    "confinement": confinement.manifest()}
         if self.loop.mountpoint:
             return Placement(executor=self.executor, directory=str(self.loop.mountpoint), host_device=dev,
                              manifest=manifest)

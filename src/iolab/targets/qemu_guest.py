@@ -215,6 +215,8 @@ class QemuGuestTarget(Target):
               if p.network == "user" else []),
             *(["boots a second, diskless guest as network peer"] if p.net_peer else []),
             *([f"adds {', '.join(p.guest_apps)} to the built-in guest"] if p.guest_apps else []),
+            "QEMU runs confined (bubblewrap, -sandbox on): it can write only its image and its run directory, and "
+            "sees /dev/kvm under KVM besides the standard devices",
             "stops the guest and removes the image and loop device at the end, also on failure",
         ]
 

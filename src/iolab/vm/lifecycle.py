@@ -14,7 +14,9 @@ wall clock and fresh entropy before start() returns, booted or restored alike.
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -24,9 +26,10 @@ from dataclasses import dataclass, field
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 import iolab.vm.cleanup  # noqa: F401  (registers the "process" cleaner QemuVM relies on)
+from iolab.core.confine import returncode
 from iolab.core.resources import Ledger, Resource
 from iolab.vm import qmp as qmp_session
-from iolab.vm.cmdline import RunFiles, VmSpec, build_command, qemu_system
+from iolab.vm.cmdline import RunFiles, VmSpec, build_command, confinement, qemu_system
 from iolab.vm.errors import VmError
 from iolab.vm.executor import CLOCK_AGENT_VERSION, AgentChannel, ClockStep
 
@@ -61,11 +64,13 @@ class QemuVM:
     restored: bool = False  # started from a saved state (Incoming), not booted
     restore_seconds: float | None = None  # launch until the loaded state ran (restored guests)
     clock: ClockStep | None = None  # what setting the guest's clock did (agent version 2 on)
+    qemu_pid: int | None = None  # QEMU itself; self.proc is bwrap, its parent
     _res: Resource | None = None
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+        """QEMU's host pid (bwrap's child: QEMU runs confined, core/confine.py), for probes."""
+        return self.qemu_pid or (self.proc.pid if self.proc else None)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -79,14 +84,21 @@ class QemuVM:
         try:
             self.argv = build_command(self.spec, self.files, qemu_system(), secret_fd=fd,
                                       incoming_fd=incoming.fd if incoming else None)
+            info_r, info_w = os.pipe()
+            launch = confinement(self.spec, self.files).argv(self.argv, cwd=str(self.files.directory),
+                                                             info_fd=info_w)
             t0 = self.started_at = time.monotonic()
             # pending entry first: a kill before the pid is known leaves the -name tag to find QEMU by
             with open(self.files.stderr, "wb") as err, \
                     self.ledger.creating("process", "", tag=self.spec.tag, what="qemu", argv0=self.argv[0]) as res:
-                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                             start_new_session=True, pass_fds=inherited)
+                self.proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                             start_new_session=True, pass_fds=(info_w, *inherited))
                 self.ledger.update(res, ident=str(self.proc.pid))
             self._res = res
+            os.close(info_w)
+            self.qemu_pid = _child_pid(info_r)
+            if self.qemu_pid is not None:  # the cleaner checks a pid runs QEMU: bwrap's would not
+                self.ledger.update(res, ident=str(self.qemu_pid))
         finally:
             if fd is not None:
                 os.close(fd)
@@ -140,7 +152,7 @@ class QemuVM:
         if self.proc is not None and self.channel is not None and self.channel.closed_reason:
             self._wait_exit(2.0)  # the channel closes a moment before QEMU can be reaped
         if self.proc is not None and self.proc.poll() is not None:
-            parts.append(f"QEMU exited with status {self.proc.returncode}")
+            parts.append(f"QEMU exited with status {returncode(self.proc.returncode)}")
         try:
             err = self.files.stderr.read_text(errors="replace").strip()
         except OSError:
@@ -198,3 +210,27 @@ class QemuVM:
 def _status(qmp: QEMUMonitorProtocol) -> str:
     reply = qmp.cmd("query-status")
     return str(reply.get("status")) if isinstance(reply, dict) else ""
+
+
+def _child_pid(fd: int, timeout_s: float = 10.0) -> int | None:
+    """The pid bwrap reports on its info fd (JSON {"child-pid": N}); None if it says nothing
+    (it failed before starting QEMU: the diagnosis shows its stderr). Closes the fd."""
+    data = b""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if not ready:
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+            if b"}" in data:
+                break
+    finally:
+        os.close(fd)
+    try:
+        return int(json.loads(data.decode())["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None

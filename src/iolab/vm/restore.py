@@ -66,8 +66,10 @@ def base_spec(spec: VmSpec) -> VmSpec:
 
 def restored_spec(spec: VmSpec) -> VmSpec:
     """The command line a guest of `spec` is restored with: the base's, with this guest's tag
-    and port forwards (the disk comes through QMP)."""
-    return replace(base_spec(spec), tag=spec.tag, net=spec.net)
+    and port forwards (the disk comes through QMP). Its image path stays: without a disk the
+    command line does not use it, but QEMU's confinement (vm/cmdline.confinement) must make
+    that file visible and writable, or the hot-plug that opens it later finds nothing."""
+    return replace(base_spec(spec), tag=spec.tag, net=spec.net, image=spec.image)
 
 
 def restore_problem(spec: VmSpec, boot: Boot) -> str | None:

@@ -7,17 +7,20 @@ fallocate=none, direct I/O.
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from iolab.cgroups.trial import mem_available
+from iolab.core import diskguard
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import format_size, parse_duration, parse_size
 from iolab.fleet.metrics import FLEET_METRICS
-from iolab.targets.base import ANY_STORAGE, FioFleet, Needs, Placement
-from iolab.workloads import fio_engine
+from iolab.targets.base import ANY_STORAGE, FioFleet, Needs, Placement, TargetOffer
+from iolab.workloads import fio_bounds, fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 READS = {"read", "randread"}
@@ -91,11 +94,14 @@ class FioWorkload(Workload):
 
     @classmethod
     def needs(cls, workload: dict[str, Any]) -> Needs:
-        """fio on a file in the target's directory, its given file or its device; also on a fleet."""
+        """fio on a file in the target's directory, its given file or its device; also on a fleet.
+        On the host its I/O buffers must fit in the memory a trial may use (cgroups.trial.Bounds),
+        and in a host directory the user named, iolab's data file must be iolab's (own_data_file)."""
         p = FioParams(**workload)
         return Needs(where=frozenset({"host", "guest", "fleet"}), storage=ANY_STORAGE,
                      capacity=p.size, apps=frozenset({"fio"}),
-                     why={"capacity": f"size = {format_size(p.size)}: its data file or device region"})
+                     why={"capacity": f"size = {format_size(p.size)}: its data file or device region"},
+                     check=lambda offer: own_data_file(p, offer))
 
     def estimate_seconds(self) -> float:
         p = self.params
@@ -157,6 +163,30 @@ class FioWorkload(Workload):
                               manifest=run.facts)
 
 
+def own_data_file(p: FioParams, offer: TargetOffer) -> str | None:
+    """Why this fio workload cannot run on `offer`, or None. On the host its I/O buffers must
+    fit in the memory a trial may use; in a host directory the user named (which may hold
+    links and files of theirs), iolab's data file must be iolab's: a link there (to a disk, to a
+    file of the system) or a file the user did not name with --destroy-data is an input error.
+    (The confinement keeps both unwritten anyway: core/confine.py.)"""
+    if offer.where != "host":
+        return None
+    need, have = fio_bounds.buffer_bytes(p.bs, p.iodepth, p.numjobs), mem_available()
+    if have and need > fio_bounds.MEMORY_SHARE * have:
+        return (f"bs x iodepth x numjobs = {format_size(need)} of I/O buffers; this machine has "
+                f"{format_size(have)} available, and a trial may use {fio_bounds.MEMORY_SHARE:.0%} of it")
+    if not offer.directory:
+        return None
+    path = os.path.join(offer.directory, DATA_FILE)
+    if os.path.islink(path):
+        return (f"{path} is a symbolic link (to {os.readlink(path)}): iolab writes its data file "
+                "there and never follows a link it did not make. Remove it")
+    if os.path.lexists(path) and not (os.path.isfile(path) and diskguard.destroy_allowed(path)):
+        return (f"{path} is already there: iolab never overwrites what it did not create. Remove it, "
+                f"or pass --destroy-data {path} to let this study overwrite it")
+    return None
+
+
 def target_filename(placement: Placement) -> str:
     if placement.path:
         return placement.path
@@ -192,16 +222,15 @@ def prefill(placement: Placement, size: int, timeout_s: float) -> None:
 
 def drop_caches(placement: Placement) -> None:
     """Drop the page cache for real and check that it happened (Cached must fall)."""
+    # iolab's own fixed command, acting on the machine: the one request that runs unconfined
     res = placement.executor.run(ExecRequest(
-        argv=["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], timeout_s=60))
+        argv=["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], timeout_s=60, confined=False))
     if res.returncode != 0:
         raise TrialFailed(f"could not drop caches: {res.tail()}")
 
 
 def cpu_flags(cpu_busy: float, processes: int) -> list[str]:
     """The load generator is CPU-bound when its processes use ~a full core each."""
-    import os
-
     per_proc = cpu_busy / max(processes, 1)
     cores = os.cpu_count() or 1
     if per_proc >= 0.9 or cpu_busy >= 0.9 * cores:

@@ -13,7 +13,7 @@ import subprocess
 from typing import Any
 
 from iolab.core.errors import RefusedError, TrialFailed
-from iolab.core.exec import ExecRequest, ExecResult, Executor
+from iolab.core.exec import MAX_OUTPUT, ExecRequest, ExecResult, Executor
 from iolab.core.metrics import Metric
 from iolab.workloads import fio_sandbox
 
@@ -52,19 +52,23 @@ def _check_token(token: str) -> None:
         raise RefusedError(f"invalid fio job or option name {token!r}")
 
 
-def run_fio(executor: Executor, job_text: str, timeout_s: float,
-            cgroup_procs: list[str] | None = None) -> tuple[dict[str, Any], ExecResult]:
-    """Run a job; returns (parsed json+, exec result). Raises TrialFailed with fio's own words."""
+def run_fio(executor: Executor, job_text: str, timeout_s: float, cgroup_procs: list[str] | None = None,
+            devices: list[str] | None = None) -> tuple[dict[str, Any], ExecResult]:
+    """Run a job; returns (parsed json+, exec result). Raises TrialFailed with fio's own words.
+    `devices`: block devices the job names besides the target's (each named with --destroy-data)."""
     req = ExecRequest(
         argv=["fio", "--output-format=json+", f"--output={RESULT_FILE}", JOB_FILE],
         timeout_s=timeout_s, files={JOB_FILE: job_text}, collect=[RESULT_FILE],
-        cgroup_procs=cgroup_procs or [],
+        cgroup_procs=cgroup_procs or [], devices=devices or [],
     )
     res = executor.run(req)
     return parse_result(res), res
 
 
 def parse_result(res: ExecResult) -> dict[str, Any]:
+    if res.output_exceeded:
+        raise TrialFailed(f"fio wrote more than {MAX_OUTPUT >> 20} MiB to its standard output or error and was "
+                          "killed (a job with filename=- writes its data there)")
     if res.timed_out:
         raise TrialFailed(f"fio did not finish within {res.wall_s:.0f} s and was killed")
     text = res.collected.get(RESULT_FILE, "")

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from iolab.core import paths
+from iolab.cgroups.trial import mem_available
+from iolab.core import paths, sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import parse_duration, parse_size
 from iolab.targets.base import Needs, Placement, TargetOffer
-from iolab.workloads import fio_engine, fio_sandbox
+from iolab.workloads import fio_bounds, fio_engine, fio_sandbox
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.fio import cpu_flags
 
@@ -27,23 +29,54 @@ from iolab.workloads.fio import cpu_flags
 def check_job_text(text: str, source: str = "job file") -> fio_sandbox.JobFile:
     """The parsed job file; JobFileRefused (exit 2) naming the line of the first forbidden construct.
 
-    Parsing is cached (an axis over max_runtime validates one text once per configuration); the
-    device guard is not: --destroy-data and the devices themselves may change between calls."""
-    job = _parsed(text, source, tuple(sorted(os.environ.items())))
-    fio_sandbox.check_paths(job)
+    Each distinct text is parsed and checked once (a 90 000-configuration axis over max_runtime
+    validates one text once, not per configuration); the device guard is not cached: a file
+    naming a device is checked each time, since --destroy-data and the device may change."""
+    job = parsed(text, source)
+    if _names_device(text, source):
+        fio_sandbox.check_paths(job)
+    return job
+
+
+def parsed(text: str, source: str = "job file") -> fio_sandbox.JobFile:
+    """The job file as fio reads it, checked against the allowlist and the bounds (fio_bounds),
+    cached per text, source and environment (fio substitutes ${VAR} from it)."""
+    return _parsed(text, source, tuple(sorted(os.environ.items())))
+
+
+def _parsed(text: str, source: str, env: tuple[tuple[str, str], ...]) -> fio_sandbox.JobFile:
+    outcome = _outcome(text, source, env)
+    if isinstance(outcome, fio_sandbox.JobFileRefused):
+        raise outcome
+    return outcome
+
+
+@functools.lru_cache(maxsize=32)
+def _outcome(text: str, source: str, env: tuple[tuple[str, str], ...]) -> fio_sandbox.JobFile | \
+        fio_sandbox.JobFileRefused:
+    """The parsed file or its refusal, both cached: a refused text is not read again per configuration."""
+    try:
+        job = fio_sandbox.parse(text, source, dict(env))
+        fio_bounds.check(job, mem_available())
+    except fio_sandbox.JobFileRefused as exc:
+        return exc
     return job
 
 
 @functools.lru_cache(maxsize=32)
-def _parsed(text: str, source: str, env: tuple[tuple[str, str], ...]) -> fio_sandbox.JobFile:
-    return fio_sandbox.parse(text, source, dict(env))
+def _names_device(text: str, source: str) -> bool:
+    """Does the file name an absolute path (checked against the guard now, never cached)?"""
+    job = parsed(text, source)
+    return bool(fio_sandbox.check_paths(job)) or any(
+        n.startswith("/") for s in job.sections for o in s.options if o.name == "filename"
+        for n in fio_sandbox.path_names(o))
 
 
 def _time_based(text: str, source: str = "job file") -> bool:
     """Whether any job runs time_based, read as fio reads the file (fio's boolean: a bare key or a
     true value). An unreadable file counts as not time-based; validation refuses it anyway."""
     try:
-        job = fio_sandbox.parse(text, source)
+        job = parsed(text, source)
     except fio_sandbox.JobFileRefused:
         return False
     for _section, opts in job.jobs():
@@ -51,6 +84,13 @@ def _time_based(text: str, source: str = "job file") -> bool:
         if o is not None and (o.value is None or o.value.strip().lower() not in ("0", "false")):
             return True
     return False
+
+
+@functools.lru_cache(maxsize=32)
+def _check_in_directory(text: str, source: str, directory: str) -> None:
+    """check_paths in a host target's directory before the study, once per text and directory."""
+    work = str(paths.scratch_dir() / "iolab-work")
+    fio_sandbox.check_paths(check_job_text(text, source), [directory, work], work, directory, before_study=True)
 
 
 class FioJobFileParams(WorkloadParams):
@@ -105,22 +145,24 @@ class FioJobFileWorkload(Workload):
         return base
 
     def estimate_seconds(self) -> float:
-        return fio_sandbox.parse(self.params.job_text, self.params.job_file).estimate_seconds(self.params.caps)
+        return parsed(self.params.job_text, self.params.job_file).estimate_seconds(self.params.caps)
 
     @classmethod
     def needs(cls, workload: dict[str, Any]) -> Needs:
         """fio where it runs; the job's files land in the target's directory, else in iolab's work
-        dir. In a directory the user named on the host (which may hold symlinks), its names are
-        resolved at spec time too, so a link pointing out is an input error."""
+        dir. In a directory the user named on the host (which may hold symlinks and files of the
+        user's), every name fio will open is resolved at spec time too: a link pointing out, a
+        link at a generated name, or a file already there that the user did not name with
+        --destroy-data is an input error; so are files that would not fit in its free space."""
         p = FioJobFileParams(**workload)
 
         def names_stay_inside(offer: TargetOffer) -> str | None:
             if offer.where != "host" or not offer.directory:
                 return None  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
-            work = str(paths.scratch_dir() / "iolab-work")
             try:
-                fio_sandbox.check_paths(check_job_text(p.job_text, p.job_file), [offer.directory, work], work,
-                                        offer.directory)
+                _check_in_directory(p.job_text, p.job_file, offer.directory)
+                free = offer.capacity if offer.capacity is not None else sizing.free_bytes(Path(offer.directory))
+                fio_bounds.check_space(parsed(p.job_text, p.job_file), free, p.max_size)
             except fio_sandbox.JobFileRefused as exc:
                 return str(exc)
             return None
@@ -139,7 +181,7 @@ class FioJobFileWorkload(Workload):
         or the target's directory; in a guest (iolab's own VM) the lexical check of validation holds.
         """
         p = self.params
-        job = fio_sandbox.parse(p.job_text, p.job_file)
+        job = parsed(p.job_text, p.job_file)
         workdir = str(getattr(placement.executor, "workdir", "") or "")
         if not workdir:
             raise TrialFailed("the executor has no work directory: iolab cannot place the job's files")
@@ -150,7 +192,8 @@ class FioJobFileWorkload(Workload):
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         text = self.runnable_text(placement)
-        data, res = fio_engine.run_fio(placement.executor, text, timeout_s)
+        devices = fio_sandbox.check_paths(check_job_text(self.params.job_text, self.params.job_file))
+        data, res = fio_engine.run_fio(placement.executor, text, timeout_s, devices=devices)
         return WorkloadResult(metrics=fio_engine.summed_metrics(data), raw=data, job_text=text,
                               flags=cpu_flags(res.cpu_busy, len(data["jobs"])) + fio_engine.short_run_flags(data),
                               cpu_busy=res.cpu_busy, resolution=fio_engine.resolution(data))

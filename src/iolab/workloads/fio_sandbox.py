@@ -23,8 +23,8 @@ allowed are a block device that passes the data-safety guard (`core.diskguard`) 
 
 from __future__ import annotations
 
+import functools
 import os
-import posixpath
 import re
 import stat
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from iolab.core import diskguard
 from iolab.core.errors import RefusedError
 from iolab.workloads import fio_allowlist as allow
+from iolab.workloads import fio_names
+from iolab.workloads.fio_names import path_names
 from iolab.workloads.fio_reading import (
     Machine,
     is_comment,
@@ -128,16 +130,25 @@ class JobFile:
         return "\n".join(out) + "\n"
 
     def estimate_seconds(self, caps: Caps | None = None) -> float:
-        """Stonewalled groups run one after another, jobs within a group side by side."""
-        total, group = 0.0, 0.0
+        """Stonewalled groups run one after another, jobs within a group side by side: the sum
+        over groups of their longest job (60 s for a job without a duration), each capped by
+        caps.runtime_s. O(groups) per call (an axis of 90 000 caps reads the file once)."""
+        cap = caps.runtime_s if caps else None
+        if cap:
+            return sum(cap if untimed else min(longest, cap) for longest, untimed in self._groups) + 5
+        return sum(max(longest, 60.0) if untimed else longest for longest, untimed in self._groups) + 5
+
+    @functools.cached_property
+    def _groups(self) -> list[tuple[float, bool]]:
+        """Per stonewalled group: (its longest job's runtime + ramp + start delay, has a job without one)."""
+        groups: list[tuple[float, bool]] = []
         for s, eff in self.jobs():
-            if any(o.name == "stonewall" for o in s.options):
-                total, group = total + group, 0.0
+            if not groups or any(o.name == "stonewall" for o in s.options):
+                groups.append((0.0, False))
             t = sum(_seconds(eff[n].value) or 0.0 for n in ("runtime", "ramp_time", "startdelay") if n in eff)
-            if caps and caps.runtime_s:
-                t = min(t or caps.runtime_s, caps.runtime_s)
-            group = max(group, t or 60.0)
-        return total + group + 5
+            longest, untimed = groups[-1]
+            groups[-1] = (max(longest, t), untimed or not t)
+        return groups
 
 
 # -- reading, as fio reads ------------------------------------------------------------------------
@@ -219,6 +230,9 @@ def _check_value(opt: Option, rule: allow.Allowed, source: str, shown: str, abso
     elif any(c in v for c in _FORBIDDEN_IN_VALUES):
         refuse(f"the value holds {next(c for c in v if c in _FORBIDDEN_IN_VALUES)!r}, which fio would substitute, "
                "cut or unescape")
+    if opt.name == "filename" and "-" in v.split(":"):
+        refuse("'-' is fio's standard input or output: the job's data would be written to or read from iolab's "
+               "pipe, not a file")
     if rule.kind == allow.CHOICE:
         word, colon, rest = v.partition(":")
         if opt.name == "rw" and word in allow.REFUSED_RW:
@@ -241,17 +255,8 @@ def _check_value(opt: Option, rule: allow.Allowed, source: str, shown: str, abso
             problem = _path_syntax_problem(opt.name, name, absolute_ok)
             if problem:
                 refuse(problem if opt.name != "filename_format" else problem.replace(f"'{name}'", f"'{v}'"))
-
-
-def path_names(opt: Option) -> list[str]:
-    """The names a path option gives (lists split at ':', as fio's get_next_str; empty parts skipped)."""
-    if opt.value is None:
-        return []
-    if opt.name in ("filename", "directory"):
-        return [p for p in opt.value.split(":") if p]
-    if opt.name == "filename_format":
-        return [re.sub(r"\$(jobname|jobnum|filenum|clientuid)", "0", opt.value, flags=re.IGNORECASE)]
-    return [opt.value]
+        if opt.name == "filename_format" and "/" in v:
+            refuse("a generated name is a file name, not a path (no '/'): the files land in the job's directory")
 
 
 def _path_syntax_problem(option: str, name: str, absolute_ok: bool = False) -> str | None:
@@ -290,12 +295,15 @@ def _line(name: str, value: str | None) -> str:
 
 # -- the path rule --------------------------------------------------------------------------------
 def check_paths(job: JobFile, roots: Sequence[str] | None = None, workdir: str | None = None,
-                base_directory: str | None = None) -> list[str]:
+                base_directory: str | None = None, before_study: bool = False) -> list[str]:
     """Absolute names must be a guarded block device (or /dev/null, /dev/zero); returns the devices.
 
-    With `roots` (run time, on the host): every relative name, resolved with symlinks from the
-    directory fio will use (`base_directory` unless the file sets its own, relative to
-    `workdir`), must be inside one of the roots.
+    With `roots` (on the host): every path fio will open, computed as fio computes it
+    (`fio_names`: the directory prefix, default and generated names for every clone and file
+    number), resolved with symlinks, must be inside one of the roots; a link or a non-regular
+    file at a generated name is refused, and `before_study` also a file already there that the
+    user did not name with --destroy-data. The confinement (core/confine.py) holds the same
+    line whatever this check misses.
     """
     devices: list[str] = []
     for s in job.sections:
@@ -306,7 +314,8 @@ def check_paths(job: JobFile, roots: Sequence[str] | None = None, workdir: str |
                 if name.startswith("/"):
                     devices += _device(job.source, opt, name)
     if roots is not None and workdir is not None:
-        _check_resolved(job, [os.path.realpath(r) for r in roots], workdir, base_directory)
+        for option, line, why in fio_names.problems(job, roots, workdir, base_directory, before_study):
+            raise JobFileRefused(job.source, line, f"fio option {option}: {why}")
     return sorted(set(devices))
 
 
@@ -323,35 +332,10 @@ def _device(source: str, opt: Option, name: str) -> list[str]:
                                                "only relative names, a block device that holds no data, /dev/null "
                                                "and /dev/zero") from None
     try:
-        diskguard.check_free(node.path)
+        diskguard.check_named(node.path)
     except RefusedError as exc:
         raise JobFileRefused(source, opt.line, f"fio option filename: {exc}") from None
     return [node.path]
-
-
-def _check_resolved(job: JobFile, roots: list[str], workdir: str, base_directory: str | None) -> None:
-    def inside(path: str) -> bool:
-        real = os.path.realpath(path)
-        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
-
-    for s, eff in job.jobs():
-        dirs = [posixpath.join(workdir, d) for d in path_names(eff["directory"])] if "directory" in eff \
-            else [base_directory or workdir]
-        checks: list[tuple[Option, str]] = [(eff["directory"], d) for d in dirs] if "directory" in eff else []
-        for name in ("filename", "filename_format"):
-            if name in eff:
-                checks += [(eff[name], posixpath.join(d, n)) for n in path_names(eff[name]) if not n.startswith("/")
-                           for d in dirs]
-        for name in ("opendir", "write_iolog", "write_bw_log", "write_lat_log", "write_iops_log", "write_hist_log"):
-            value = eff[name].value if name in eff else None
-            if value:
-                checks.append((eff[name], posixpath.join(workdir, value)))
-        checks.append((Option(s.line, "name", s.name, s.name), posixpath.join(dirs[0], s.name)))
-        for opt, path in checks:
-            if not inside(path):
-                raise JobFileRefused(job.source, opt.line, f"fio option {opt.name}: '{path}' resolves to "
-                                     f"'{os.path.realpath(path)}', outside the directories iolab gives the job "
-                                     f"({', '.join(roots)})")
 
 
 # -- caps ------------------------------------------------------------------------------------------

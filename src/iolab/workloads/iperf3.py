@@ -8,6 +8,11 @@ Where the two ends run depends on the placement:
   the target's peer guest (`net_peer = true`), reached through its host port forward.
 * the host (the baseline): client and server on the host's loopback, for every direction.
 
+Both ends on the host run confined like every trial process (core/confine.py: they can write
+only their work dirs), but in the host's network namespace (ExecRequest.network): the
+confinement's private one would give each its own 127.0.0.1, and QEMU's user network (slirp,
+which shares the host's) reaches the host server only there.
+
 The rate is what the receiving end got (end.sum_received), so a sender's buffered bytes
 never count. The server is started first and the client only once the server's port is
 listening, so no connection attempt is wasted on a one-off (-1) server.
@@ -21,6 +26,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from iolab.core.confine import Confinement
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult, Executor, HostExecutor, Running
 from iolab.core.metrics import Metric
@@ -75,7 +81,8 @@ class Iperf3Workload(Workload):
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         plan = self._plan(placement)
-        host = HostExecutor(cgroup=placement.trial_cgroup)  # the host side is the trial's too
+        # the host side is the trial's too, and confined: it writes nothing but its work dir
+        host = HostExecutor(cgroup=placement.trial_cgroup, confinement=Confinement())
         try:
             return self._measure(plan, placement.executor, host, timeout_s)
         finally:
@@ -115,12 +122,12 @@ class Iperf3Workload(Workload):
             listen_port = connect_port = free_port()
             bind = ["-B", "127.0.0.1"]
         server = server_ex.spawn(ExecRequest(["iperf3", "-s", "-1", *bind, "-p", str(listen_port)],
-                                             timeout_s=timeout_s))
+                                             timeout_s=timeout_s, network=True))
         try:
             _wait_listening(server_ex, server, listen_port, min(LISTEN_WAIT_S, timeout_s))
             argv = ["iperf3", "-c", plan["addr"], "-p", str(connect_port), "-t", f"{p.time:g}",
                     "-O", f"{p.omit:g}", "-P", str(p.parallel), "-J", *(["-R"] if plan["reverse"] else [])]
-            res = own.run(ExecRequest(argv, timeout_s=max(5.0, deadline - time.monotonic())))
+            res = own.run(ExecRequest(argv, timeout_s=max(5.0, deadline - time.monotonic()), network=True))
         finally:
             server.kill()
         data = _parse(res)
@@ -132,7 +139,7 @@ def _wait_listening(executor: Executor, server: Running, port: int, wait_s: floa
     """Poll /proc/net/tcp{,6} where the server runs until `port` is in LISTEN state."""
     end = time.monotonic() + wait_s
     while time.monotonic() < end:
-        res = executor.run(ExecRequest(["cat", "/proc/net/tcp", "/proc/net/tcp6"], timeout_s=30))
+        res = executor.run(ExecRequest(["cat", "/proc/net/tcp", "/proc/net/tcp6"], timeout_s=30, network=True))
         if port in listening_ports(res.stdout):
             return
         time.sleep(0.2)
