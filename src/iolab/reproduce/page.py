@@ -1,6 +1,6 @@
 """The reproduction's page: every published claim, this machine's value, the verdict and why.
 
-analyze() and present() follow the study interface (analysis pure, on a results document):
+findings(), analyze() and present() follow the study interface (analysis pure, on a results document):
 the document of a reproduction carries its child studies' documents under "children"
 (see report/document.py), so the page is recomputed from stored runs and tested on fixtures.
 """
@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
 
+from iolab.analysis.findings import Findings
+from iolab.analysis.record import JSONObject, Record
+from iolab.analysis.trials import Doc
 from iolab.report.model import Link, Note, Section, Table, Tag, Tone
 from iolab.reproduce import claims
+from iolab.reproduce.claims import ClaimRow, PageFamily
 from iolab.reproduce.plan import REFERENCES
 
 VERDICT_ORDER = (claims.HOLDS, claims.DIFFERS, claims.UNDECIDED, claims.UNTESTABLE)
@@ -20,42 +24,66 @@ TONES: dict[str, Tone] = {claims.HOLDS: "good", claims.DIFFERS: "bad", claims.UN
                           claims.UNTESTABLE: "neutral"}
 
 
-def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+class ChildRun(Record):
+    """One study this reproduction ran: its run, status, trials ok and its own report."""
+
+    run_id: str | None = None
+    status: str | None = None
+    trials_ok: str | None = None
+    report: str | None = None
+
+
+class PageFindings(Findings):
+    """docs/results.md, reproduce: every claim's row, the count per verdict, the family, the runs."""
+
+    quick: bool
+    claims: list[ClaimRow]
+    counts: dict[str, int]
+    family: PageFamily
+    studies: dict[str, ChildRun]
+
+
+def findings(doc: Doc) -> PageFindings:
     children = {name: c["doc"] for name, c in (doc.get("children") or {}).items() if c.get("doc")}
     quick = bool((doc.get("options") or {}).get("quick"))
     rows = claims.evaluate(children, quick)
-    counts = Counter(r["verdict"] for r in rows)
-    return {"quick": quick, "claims": rows, "counts": {v: counts.get(v, 0) for v in VERDICT_ORDER},
-            "family": claims.family_of(rows),
-            "studies": {name: {k: v for k, v in c.items() if k != "doc"}
-                        for name, c in (doc.get("children") or {}).items()}}
+    counts = Counter(r.verdict for r in rows)
+    return PageFindings(quick=quick, claims=rows, counts={v: counts.get(v, 0) for v in VERDICT_ORDER},
+                        family=claims.family_of(rows),
+                        studies={name: ChildRun(**{k: v for k, v in c.items() if k != "doc"})
+                                 for name, c in (doc.get("children") or {}).items()})
 
 
-def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Section]]:
-    counts = f["counts"]
-    fam = f.get("family") or claims.family_of(f["claims"])
-    summary = [f"{len(f['claims'])} published claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_ORDER),
+def analyze(doc: Doc) -> JSONObject:
+    """The findings as the results document holds them (docs/results.md)."""
+    return findings(doc).to_json()
+
+
+def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str], list[Section]]:
+    f = PageFindings.coerce(f)
+    counts = f.counts
+    fam = f.family
+    summary = [f"{len(f.claims)} published claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_ORDER),
                family_words(fam)]
-    summary += [f"{r['id']} {r['verdict']}: {r['reason']}" for r in f["claims"] if r["verdict"] == claims.DIFFERS]
+    summary += [f"{r.id} {r.verdict}: {r.reason}" for r in f.claims if r.verdict == claims.DIFFERS]
     base = doc.get("report_dir")
     sections = []
     for ref, title, study in REFERENCES:
-        rows = [r for r in f["claims"] if r["reference"] == ref]
+        rows = [r for r in f.claims if r.reference == ref]
         if not rows:
             continue
-        child = f["studies"].get(study) or {}
+        child = f.studies.get(study) or ChildRun()
         link = _link(child, base)
         table = Table("Published claims and this machine", ["claim", "this machine", "verdict", "why",
                                                             "rule"],
-                      [[r["claim"], r["value"], Tag(r["verdict"], TONES[r["verdict"]]), r["reason"], r["rule"]]
-                       for r in rows])
-        blocks: list[Any] = [table]
+                      [[r.claim, r.value, Tag(r.verdict, TONES[r.verdict]), r.reason, r.rule] for r in rows])
+        blocks: list[Table] = [table]
         if link:
             blocks.append(Table("Study run", ["study", "run", "status", "trials ok"],
-                                [[study, link, child.get("status"), child.get("trials_ok")]]))
+                                [[study, link, child.status, child.trials_ok]]))
         sections.append(Section(f"{ref}: {title}", blocks))
-    studies = [[name, _link(c, base) or c.get("run_id") or "–", c.get("status"), c.get("trials_ok")]
-               for name, c in f["studies"].items()]
+    studies: list[list[object]] = [[name, _link(c, base) or c.run_id or "–", c.status, c.trials_ok]
+                                   for name, c in f.studies.items()]
     sections.append(Section("Study runs", [Table("The studies this reproduction ran",
                                                  ["study", "run (its full report)", "status", "trials ok"], studies)],
                             intro="Each study has its own full report with every number, chart and trial."))
@@ -65,7 +93,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
         "straddles an edge, and the reason says how many more repetitions would likely decide it; not testable "
         "here: this machine or this run cannot answer it. An interval that merely touches a band decides "
         "nothing (docs/reproduce.md).")))
-    if f["quick"]:
+    if f.quick:
         sections.insert(0, Section("Quick reproduction", [Note(
             "This is `iolab reproduce --quick`: reduced matrices, so claims that need the full matrix (more groups, "
             "the application beside the groups, every record size) are 'not testable here'. Run `iolab reproduce` "
@@ -73,16 +101,16 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     return summary, sections
 
 
-def family_words(fam: dict[str, Any]) -> str:
+def family_words(fam: PageFamily) -> str:
     """The page's error control, in one sentence (shown on the page and in the summary)."""
-    return (f"The {fam['verdicts']} testable verdicts are one family: the {fam['intervals']} intervals behind them are "
-            f"each computed at 1/{fam['intervals']} of their design's tail (Bonferroni), so the chance that any "
-            f"holds or differs on this page is wrong is at most {fam['alpha']:.0%}; undecided and not testable "
+    return (f"The {fam.verdicts} testable verdicts are one family: the {fam.intervals} intervals behind them are "
+            f"each computed at 1/{fam.intervals} of their design's tail (Bonferroni), so the chance that any "
+            f"holds or differs on this page is wrong is at most {fam.alpha:.0%}; undecided and not testable "
             "verdicts claim nothing.")
 
 
-def _link(child: dict[str, Any], base: str | None) -> Link | None:
-    path, run_id = child.get("report"), child.get("run_id")
+def _link(child: ChildRun, base: str | None) -> Link | None:
+    path, run_id = child.report, child.run_id
     if not path or not run_id:
         return None
     href = os.path.relpath(path, base) if base else path

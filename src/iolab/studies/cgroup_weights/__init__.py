@@ -7,10 +7,10 @@ docs/studies/cgroup-weights.md explains every finding.
 """
 
 from iolab.studies.cgroup_weights import analysis, hook, presentation, spec
-from iolab.studies.cgroup_weights.analysis import analyze
+from iolab.studies.cgroup_weights.analysis import analyze, findings
 from iolab.studies.cgroup_weights.hook import before_group
 from iolab.studies.cgroup_weights.presentation import present
 from iolab.studies.cgroup_weights.spec import NAME, SUMMARY, build
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "before_group", "build", "hook", "present", "presentation",
-           "spec"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "findings", "before_group", "build", "hook", "present",
+           "presentation", "spec"]

@@ -16,10 +16,10 @@ prefills the overwrite regions before any probe runs.
 """
 
 from iolab.studies.sync_amplification import analysis, hook, presentation, spec
-from iolab.studies.sync_amplification.analysis import analyze
+from iolab.studies.sync_amplification.analysis import analyze, findings
 from iolab.studies.sync_amplification.hook import before_group
 from iolab.studies.sync_amplification.presentation import present
 from iolab.studies.sync_amplification.spec import NAME, SUMMARY, build
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "before_group", "build", "hook", "present", "presentation",
-           "spec"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "findings", "before_group", "build", "hook", "present",
+           "presentation", "spec"]

@@ -6,8 +6,8 @@ its o_sync and o_direct numbers are cross-checked against fio in the same run
 """
 
 from iolab.studies.write_modes import analysis, presentation, spec
-from iolab.studies.write_modes.analysis import analyze
+from iolab.studies.write_modes.analysis import analyze, findings
 from iolab.studies.write_modes.presentation import present
 from iolab.studies.write_modes.spec import NAME, SUMMARY, build
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "present", "presentation", "spec"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "findings", "build", "present", "presentation", "spec"]
