@@ -32,7 +32,7 @@ from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import finite, holm, welch_log
-from iolab.analysis.trials import by_config, label_text, relative_resolution, workload_of
+from iolab.analysis.trials import by_config, label_text, metric_set_of, relative_resolution
 from iolab.core import metrics
 
 VERDICTS = ("improvement", "regression", "no difference", "too noisy", "invalid")
@@ -56,7 +56,7 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
     for cid in [c for c in ga if c in gb]:
         ta, tb = ga[cid], gb[cid]
         oa, ob = [t for t in ta if t["status"] == "ok"], [t for t in tb if t["status"] == "ok"]
-        declared = metrics.for_workload(workload_of(ta[0]))
+        declared = metric_set_of(ta).merged(metric_set_of(tb))  # as each run's trials stored them, A's first
         names = sorted({m for t in oa + ob for m in t["metrics"]})
         for m in [n for n in names if not metric_names or n in metric_names]:
             decl = declared.get(m)

@@ -12,7 +12,7 @@ from pydantic import JsonValue
 from iolab.analysis import checks, flags
 from iolab.analysis.findings import Findings
 from iolab.analysis.flags import FlagDetail
-from iolab.analysis.record import Est, Quantity, Record, estimate_json, plotted
+from iolab.analysis.record import Est, JSONObject, Quantity, Record, estimate_json, plotted
 from iolab.analysis.repetitions import failed_text
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate
@@ -85,7 +85,7 @@ def findings(doc: Doc) -> GenericFindings:
     return GenericFindings(configs=configs, interval_method=f"looks {est.design.label()}")
 
 
-def analyze(doc: Doc) -> dict[str, Any]:
+def analyze(doc: Doc) -> JSONObject:
     """The findings as the results document holds them (docs/results.md)."""
     return findings(doc).to_json()
 

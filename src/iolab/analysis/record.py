@@ -158,9 +158,9 @@ class Record(BaseModel):
                 del d[k]
         return d
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The JSON object of docs/results.md (plain dicts, lists, numbers, strings)."""
-        out: dict[str, Any] = self.model_dump(mode="json")
+        out: JSONObject = self.model_dump(mode="json")
         return out
 
     @classmethod

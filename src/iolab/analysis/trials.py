@@ -19,9 +19,12 @@ from iolab.studies.spec import StudySettings
 # The results document (docs/results.md) and one of its trials, as parsed JSON: the contract's shape.
 Doc = dict[str, Any]
 Trial = dict[str, Any]
+# A trial's configuration (its `_target` or `_workload`) or its labels, as its params hold them: the
+# validated spec's values.
+Params = dict[str, Any]
 
 
-def labels_of(trial: Trial) -> dict[str, Any]:
+def labels_of(trial: Trial) -> Params:
     return {k: v for k, v in trial["params"].items() if not k.startswith("_")}
 
 
@@ -55,7 +58,7 @@ def relative_resolution(trials: list[Trial], metric: str) -> float:
     return worst
 
 
-def workload_of(trial: Trial) -> dict[str, Any]:
+def workload_of(trial: Trial) -> Params:
     w = (trial.get("params") or {}).get("_workload")
     return w if isinstance(w, dict) else {}
 
@@ -105,7 +108,7 @@ def main_metric_of(trials: Sequence[Trial], settings: StudySettings | None) -> s
     return _registry_main_metric(workload_of(trials[0])) if trials else None
 
 
-def _registry_main_metric(workload: dict[str, Any]) -> str | None:
+def _registry_main_metric(workload: Params) -> str | None:
     kind = workload.get("kind")
     if not isinstance(kind, str) or kind not in registry.WORKLOADS:
         return None

@@ -31,13 +31,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from iolab.analysis.findings import Findings
 from iolab.analysis.record import Decided, Est, Record, finite_or_none
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate, mover_ratio
-from iolab.analysis.trials import Doc, relative_resolution
+from iolab.analysis.trials import Doc, Params, Trial, relative_resolution
 from iolab.analysis.verdicts import (
     DIFFERS,
     HOLDS,
@@ -192,7 +192,7 @@ def _tcg_reason() -> str:
             "emulator, not the device model; needs KVM")
 
 
-def _trials(doc: Doc, where: dict[str, Any], metric: str) -> list[dict[str, Any]]:
+def _trials(doc: Doc, where: Params, metric: str) -> list[Trial]:
     """The ok trials whose params match `where` (labels or _target/_workload keys) and have `metric`."""
     out = []
     for t in ok_trials(doc):
@@ -205,17 +205,17 @@ def _trials(doc: Doc, where: dict[str, Any], metric: str) -> list[dict[str, Any]
     return out
 
 
-def _values(doc: Doc, where: dict[str, Any], metric: str) -> list[float]:
+def _values(doc: Doc, where: Params, metric: str) -> list[float]:
     """Metric values of ok trials whose params match `where`, in run order."""
     return [float(t["metrics"][metric]) for t in _trials(doc, where, metric)]
 
 
-def _label(where: dict[str, Any]) -> str:
+def _label(where: Params) -> str:
     return " ".join(f"{k}={_size(v) if k in ('record', 'bs') and isinstance(v, int) else v}"
                     for k, v in where.items() if k not in ("kind",))
 
 
-def _one(doc: Doc, ctx: Ctx, where: dict[str, Any], metric: str, name: str = "") -> Measured:
+def _one(doc: Doc, ctx: Ctx, where: Params, metric: str, name: str = "") -> Measured:
     """The estimate of one configuration's `metric` (widened by its tool's resolution)."""
     ts = _trials(doc, where, metric)
     vals, rel = [float(t["metrics"][metric]) for t in ts], relative_resolution(ts, metric)
@@ -224,7 +224,7 @@ def _one(doc: Doc, ctx: Ctx, where: dict[str, Any], metric: str, name: str = "")
                     (_label(where),))
 
 
-def _ratio(doc: Doc, ctx: Ctx, num: dict[str, Any], den: dict[str, Any], metric: str, name: str = "") -> Measured:
+def _ratio(doc: Doc, ctx: Ctx, num: Params, den: Params, metric: str, name: str = "") -> Measured:
     """est(num)/est(den) of one metric between two configurations of the run, widened by the clock
     error of both sides (the ratio the studies show)."""
     a, b = _trials(doc, num, metric), _trials(doc, den, metric)
@@ -319,7 +319,7 @@ def _r1_host_records(doc: Doc, ctx: Ctx) -> Verdict:
 
 
 # -- R2: write modes and block size (study write-modes) ---------------------------------------------
-def _helper(mode: str, bs: int) -> dict[str, Any]:
+def _helper(mode: str, bs: int) -> Params:
     return {"kind": "writemode", "mode": mode, "bs": bs}
 
 
@@ -468,7 +468,7 @@ R4_RATIOS = {"200": 2.03, "400": 4.08, "800": 8.12}
 
 
 def _groups(doc: Doc, ctx: Ctx, ctrl: str, n: int | None, tenant: str, metric: str) -> Measured:
-    where: dict[str, Any] = {"kind": "fio-groups", "controller": ctrl, "tenant": tenant}
+    where: Params = {"kind": "fio-groups", "controller": ctrl, "tenant": tenant}
     if n is not None:
         where["groups"] = n
     ts = [t for t in _trials(doc, where, metric) if t["params"].get("workload", "sweep") == "sweep"

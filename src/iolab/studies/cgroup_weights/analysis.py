@@ -21,7 +21,7 @@ from iolab.analysis.findings import Findings
 from iolab.analysis.record import Est, JSONObject, Quantity, Record, Scalar, Stored, finite_or_none, parse_estimate
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate
-from iolab.analysis.trials import Doc, Trial, metric_set_of
+from iolab.analysis.trials import Doc, Params, Trial, metric_set_of
 from iolab.analysis.verdicts import HOLDS, Band, combine
 from iolab.core.metrics import NONNEG, Domain, MetricSet
 from iolab.studies.common import ok_trials
@@ -45,7 +45,7 @@ def controller_of(t: Trial) -> str:
     return str(t["params"].get("_target", {}).get("controller", "?"))
 
 
-def _backend(t: Trial) -> dict[str, Any]:
+def _backend(t: Trial) -> Params:
     return (t.get("manifest") or {}).get("target", {}).get("cgroups", {}) or {}
 
 

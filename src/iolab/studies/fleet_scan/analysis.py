@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 from scipy import special
@@ -35,7 +34,7 @@ from iolab.analysis.findings import Findings
 from iolab.analysis.record import Est, JSONObject, Number, Quantity, Record
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate, LogRatio, holm
-from iolab.analysis.trials import Doc, Trial
+from iolab.analysis.trials import Doc, Params, Trial
 from iolab.studies.common import ok_trials, size_label
 from iolab.studies.fleet_scan.spec import TOLERANCE
 
@@ -117,12 +116,12 @@ class FleetScanFindings(Findings):
     interval_method: str
 
 
-def pattern_of(workload: dict[str, Any]) -> str:
+def pattern_of(workload: Params) -> str:
     """'4k randread QD1', '1M read QD8': what a reader calls the job."""
     return f"{size_label(workload.get('bs', 0))} {workload.get('rw', '?')} QD{workload.get('iodepth', 1)}"
 
 
-def metric_of(workload: dict[str, Any]) -> str:
+def metric_of(workload: Params) -> str:
     """Random I/O is counted in operations, sequential in bandwidth."""
     return "iops" if str(workload.get("rw", "")).startswith("rand") else "bw_mib_s"
 

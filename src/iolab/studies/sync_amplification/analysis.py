@@ -13,7 +13,7 @@ from typing import Any
 from iolab.analysis.findings import Findings
 from iolab.analysis.record import Est, JSONObject, Quantity, Record, Scalar
 from iolab.analysis.sequential import RunEstimator
-from iolab.analysis.trials import Doc, Trial, relative_resolution
+from iolab.analysis.trials import Doc, Params, Trial, relative_resolution
 from iolab.studies.common import ok_trials, size_label
 from iolab.studies.sync_amplification.cost import CostFindings, analyze_cost
 from iolab.studies.sync_amplification.spec import COUNT_WORKLOAD, DEFAULTS, OPTION_KEYS, PATTERNS
@@ -26,7 +26,7 @@ class Advice:
     non-default options), whose measured factors the report sets side by side."""
 
     configuration: str
-    pairs: list[tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]]
+    pairs: list[tuple[tuple[str, Params], tuple[str, Params]]]
     effect: str
     cost_or_risk: str
 
@@ -177,7 +177,7 @@ class SyncAmplificationFindings(Findings):
     cost: CostFindings | None  # None: a run without the application workloads (an older run)
 
 
-def _options(target: dict[str, Any]) -> dict[str, Any]:
+def _options(target: Params) -> Params:
     return {k: target.get(k, DEFAULTS[k]) for k in OPTION_KEYS}
 
 
@@ -226,7 +226,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _same(opts: dict[str, Scalar], fmt: str, want_fmt: str, want: dict[str, Any]) -> bool:
+def _same(opts: dict[str, Scalar], fmt: str, want_fmt: str, want: Params) -> bool:
     return fmt == want_fmt and opts == dict(DEFAULTS, **want)
 
 

@@ -20,19 +20,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from iolab.analysis.record import Decided, Est, Quantity, Record, finite_or_none, parse_estimate
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate, harmonic_mean_ci
-from iolab.analysis.trials import Trial, relative_resolution
+from iolab.analysis.trials import Params, Trial, relative_resolution
 from iolab.analysis.verdicts import HOLDS, PROJECT_MAX, UNDECIDED, Band, Decision
 
 TOLERANCE = 0.25  # agreement band: helper/fio within [1/1.25, 1.25]
 SAME_RATE = 0.2   # commits (or flushes) per write closer than this (relative) count as the same
 
 
-def fio_mode(workload: dict[str, Any]) -> str | None:
+def fio_mode(workload: Params) -> str | None:
     if workload.get("direct") and not workload.get("sync"):
         return "o_direct"
     if workload.get("sync") and not workload.get("direct"):
