@@ -20,7 +20,7 @@ from iolab import __version__
 from iolab.core import paths
 from iolab.core.errors import InputError, IolabError
 from iolab.core.inputs import check_writable
-from iolab.core.signals import interrupt_on_stop_signals
+from iolab.core.signals import ignore_stop_signals, interrupt_on_stop_signals
 from iolab.fleet import guard as fleet_guard
 from iolab.fleet.cli import fleet as fleet_group
 from iolab.store import registry as stores
@@ -555,18 +555,22 @@ def main() -> None:
     _register_studies()
     try:
         cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        err.print("aborted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except IolabError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        sys.exit(exc.exit_status)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+    except BaseException:
+        ignore_stop_signals()  # whatever ends the command, its last words are not cut by a late Ctrl-C
+        try:
+            raise
+        except click.exceptions.Abort:
+            err.print("aborted")
+            sys.exit(130)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except IolabError as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}")
+            sys.exit(exc.exit_status)
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -142,3 +142,22 @@ def assert_contract(doc: dict[str, Any], study: str) -> None:
         assert isinstance(t["repetition"], int)
         assert (t["error"] is None) == (t["status"] == "ok")
     assert isinstance(doc["findings"], dict) and doc["findings"]
+
+
+def middles(values: list[float]) -> tuple[float, float]:
+    """The middle order statistics of `values` (one twice for an odd count): a median computed on
+    any monotone scale (raw, log, logit) lies between them, whatever the estimator's scale."""
+    s = sorted(values)
+    return s[(len(s) - 1) // 2], s[len(s) // 2]
+
+
+def assert_median(x: float, values: list[float], what: object = "") -> None:
+    """`x` is a median of `values` (between the middle order statistics, to rounding)."""
+    lo, hi = middles(values)
+    assert lo * (1 - 1e-9) <= x <= hi * (1 + 1e-9), (what, x, lo, hi)
+
+
+def assert_median_ratio(x: float, num: list[float], den: list[float], what: object = "") -> None:
+    """`x` is a ratio of the two sides' medians (positive values)."""
+    (nl, nh), (dl, dh) = middles(num), middles(den)
+    assert nl / dh * (1 - 1e-9) <= x <= nh / dl * (1 + 1e-9), (what, x, (nl, nh), (dl, dh))

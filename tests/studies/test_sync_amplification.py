@@ -123,5 +123,6 @@ def _check_cost(doc: dict, f: dict) -> None:
     not_run = {n["r3_name"]: n["reason"] for n in cost["not_measured"]}
     assert set(not_run) == {"Mobibench append", "Mobibench overwrite", "YCSB insert", "YCSB update"}, not_run
     assert all("full study only" in r for r in not_run.values()) and "JVM" in not_run["YCSB update"]
-    assert cost["family"] == {"verdicts": 3, "looks": 1, "tail": pytest.approx(0.05 / 3),
-                              "method": "Bonferroni over verdicts x looks"}
+    fam = cost["family"]  # one family of 3 verdicts, each at the design's (adaptive-stopping) tail / 3
+    assert fam["verdicts"] == 3 and fam["method"].startswith("Bonferroni over the verdicts"), fam
+    assert 0 < fam["tail"] * 3 <= 0.05 + 1e-12, fam

@@ -41,6 +41,14 @@ def interrupt_on_stop_signals() -> None:
             signal.signal(s, _interrupt)
 
 
+def ignore_stop_signals() -> None:
+    """Leaving: the run has cleaned up and only its last words remain to be printed. A second
+    Ctrl-C landing now must not turn exit 130 into a death by SIGINT (CPython re-raises an
+    uncaught KeyboardInterrupt as the signal itself), so further stop signals are ignored."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
 @contextmanager
 def held() -> Iterator[None]:
     """Defer SIGINT/SIGTERM/SIGHUP until the block ends (nested blocks: the outermost ends)."""

@@ -91,7 +91,8 @@ class Iperf3Workload(Workload):
                     "flags": ["loopback: client and server both on the host (the baseline, no VM)"]}
         net = placement.extras.get("net")
         if not net:
-            raise TrialFailed("iperf3 in a guest needs a network path to the host; this guest has none")
+            raise TrialFailed("iperf3 in a guest needs a network path to the host; this guest has none "
+                              '(set network = "user" on the qemu target)')
         if p.direction == "guest_to_guest":
             peer = placement.extras.get("peer")
             if not peer:
