@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.core.helpers import LOOP_TARGET, fio_workload, make_lab, needs_fio, needs_root
 
 from iolab.analysis.compare import compare_runs
 from iolab.analysis.trials import numeric_keys
@@ -163,3 +164,36 @@ def test_a_run_with_stored_declarations_is_analysed_without_workload_modules(old
     assert r.returncode == 0, r.stderr
     loaded = json.loads(r.stdout)
     assert [m for m in loaded if m.startswith("iolab.workloads.") or m not in PROBE_FRAMEWORK] == [], loaded
+
+
+@needs_root
+@needs_fio
+def test_a_new_run_stores_what_its_values_mean(tmp_path: Path) -> None:
+    """A real run (fio on a loop device): every trial stores the declaration of every metric and
+    probe value it holds, as today's classes declare them, and its main metric."""
+    lab = make_lab(tmp_path / "lab")
+    try:
+        spec = lab.spec('[study]\nname = "declared"\nrepetitions = 2\nmax_repetitions = 2\n'
+                        + LOOP_TARGET + fio_workload(bs=["4k", "64k"]))
+        r = lab.iolab("run", spec, timeout=600)
+        assert r.returncode == 0, r.stderr
+        doc = lab.report_json()
+        assert len(doc["trials"]) == 4 and all(t["status"] == "ok" for t in doc["trials"]), doc["trials"]
+        for t in doc["trials"]:
+            stored = t["manifest"][DECLARATIONS]
+            today = metrics.for_workload(t["params"]["_workload"])
+            assert stored["main_metric"] == "iops"
+            assert set(stored["metrics"]) == set(t["metrics"]), (set(stored["metrics"]) ^ set(t["metrics"]))
+            for name, d in stored["metrics"].items():
+                want = today.get(name)
+                assert want is not None and d == want.as_dict(), (name, d)
+                assert {"unit", "direction", "aggregate", "domain", "estimand"} <= set(d), d
+            assert t["probes"], "a loop target runs host probes"
+            for probe, res in t["probes"].items():
+                skip = set(stored["probe_attributes"][probe])
+                keys = {k for k in numeric_keys(res) if k.split(".", 1)[0] not in skip}
+                assert keys and keys == set(stored["probes"][probe]), (probe, keys ^ set(stored["probes"][probe]))
+            assert t["manifest"].get("resolution") is not None  # the clock error stays per trial
+        lab.assert_nothing_left()
+    finally:
+        lab.force_cleanup()
