@@ -8,7 +8,9 @@ command reference. Split into a package by command group when a group grows logi
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from iolab.store.base import Store
 from iolab.store.push import push_run
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+STARTED = time.monotonic()  # a --budget counts from here: the wall time the user waits
 out = Console(highlight=False, soft_wrap=True)
 
 db_option = click.option("--db", type=str, default=None, envvar="IOLAB_DB", show_envvar=True,
@@ -70,6 +73,8 @@ def _db_ref(db: str | None) -> tuple[str, str]:
 @click.version_option(__version__, prog_name="iolab")
 def cli() -> None:
     """iolab: a performance lab for the Linux storage stack, host to guest."""
+    global STARTED
+    STARTED = time.monotonic()
 
 
 cli.add_command(fleet_group)
@@ -93,7 +98,33 @@ def study_list() -> None:
         out.print(f"[bold]{name:20}[/bold] {mod.SUMMARY}")
 
 
+class Duration(click.ParamType):
+    """A time budget: '90s', '5m', '2h', '1.5h' or seconds; at least one second, at most 30 days."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        from iolab.core.units import parse_duration
+
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            self.fail(f"{exc} (e.g. 90s, 5m, 2h)", param, ctx)
+        if seconds < 1:
+            self.fail(f"{value!r} is under a second: a budget must leave room for a trial", param, ctx)
+        return seconds
+
+
+budget_option = click.option(
+    "--budget", type=Duration(), default=None, metavar="DURATION",
+    help="wall time for the whole run (e.g. 5m, 90s, 2h): the minimum repetitions first, then rounds where a "
+         "verdict is still undecided, then intervals; never a round it cannot finish (docs/statistics.md)")
+
+
 def _run_options(f: Any) -> Any:
+    f = budget_option(f)
     f = click.option("--dry-run", is_flag=True, help="print the plan (trials, time, what is created) and stop")(f)
     f = click.option("--destroy-data", "destroy", multiple=True, metavar="[HOST:]DEVICE",
                      help="allow overwriting this block device (a fleet host's: HOST:DEVICE) "
@@ -110,8 +141,8 @@ def _make_study_command(name: str) -> click.Command:
     @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), metavar="FILE",
                   help="a fleet study's hosts: a TOML file of [[hosts]] tables (docs/fleet.md)")
     @_run_options
-    def cmd(quick: bool, print_spec: bool, hosts_file: Path | None, dry_run: bool, destroy: tuple[str, ...],
-            output: Path | None, db: str | None) -> None:
+    def cmd(quick: bool, print_spec: bool, hosts_file: Path | None, budget: float | None, dry_run: bool,
+            destroy: tuple[str, ...], output: Path | None, db: str | None) -> None:
         from iolab.fleet.hosts import load_hosts_file
         from iolab.studies import builtin
         from iolab.studies.spec import from_dict
@@ -133,7 +164,8 @@ def _make_study_command(name: str) -> click.Command:
             raise InputError(f"{name} runs on a fleet: give --hosts FILE, a TOML file of [[hosts]] tables "
                              f"(`iolab study {name} --print-spec` shows their shape; docs/fleet.md)")
         spec = from_dict(doc, f"builtin:{name}", {"quick": quick, **({"hosts": str(hosts_file)} if hosts_file else {})})
-        _execute(spec, db, dry_run, output, None, getattr(mod, "before_group", None))
+        _execute(spec, db, dry_run, output, None, getattr(mod, "before_group", None), budget,
+                 getattr(mod, "study_verdicts", None))
 
     return cmd
 
@@ -158,8 +190,8 @@ def _register_studies() -> None:
 @click.argument("spec", required=False, type=click.Path(path_type=Path))
 @click.option("--resume", "resume", metavar="RUN", help="finish only the missing trials of RUN (id or 'latest')")
 @_run_options
-def run(spec: Path | None, resume: str | None, dry_run: bool, destroy: tuple[str, ...], output: Path | None,
-        db: str | None) -> None:
+def run(spec: Path | None, resume: str | None, budget: float | None, dry_run: bool, destroy: tuple[str, ...],
+        output: Path | None, db: str | None) -> None:
     """Run a study spec (TOML), an fio job file (.fio) as a study, or --resume a run."""
     from iolab.studies import builtin
     from iolab.studies.spec import from_dict, load_spec_file
@@ -178,27 +210,43 @@ def run(spec: Path | None, resume: str | None, dry_run: bool, destroy: tuple[str
     else:
         spec_obj = load_spec_file(spec)
     # a spec analysed as a built-in study gets that study's hook too (e.g. a prefill or a sanity gate)
-    hook = getattr(builtin.analysis_module(spec_obj.settings.analysis), "before_group", None)
-    _execute(spec_obj, db, dry_run, output, resume, hook)
+    analysis = builtin.analysis_module(spec_obj.settings.analysis)
+    _execute(spec_obj, db, dry_run, output, resume, getattr(analysis, "before_group", None), budget,
+             getattr(analysis, "study_verdicts", None))
 
 
 def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
-             resume: str | None, hook: Any) -> None:
+             resume: str | None, hook: Any, budget: float | None = None, verdicts: Any = None) -> None:
     """Check every input first (devices allowed, database, report path, targets' preflight);
     --dry-run then prints the plan and creates nothing at all: no database, no ledger."""
+    from iolab.report.document import verdict_source
     from iolab.runner.runner import Runner
+    from iolab.runner.schedule import Budget
 
     stores.check_target(*_db_ref(db))
     if output is not None:
         check_writable(output, "-o")
-    if dry_run:
-        runner = Runner(spec, None, err, before_group=hook)  # type: ignore[arg-type]  # a plan needs no store
-        runner.instantiate()
-        for line in runner.dry_run_lines():
-            click.echo(line)
-        return
+    # --budget, or the spec's own (a quick study's), whichever is tighter; on --resume without
+    # --budget the run's stored budget goes on (runner/schedule.py)
+    seconds = min((b for b in (budget, None if resume else spec.settings.budget) if b), default=None)
+    if dry_run or (budget is not None and not resume):
+        intervals = spec.settings.budget_on == "verdicts+intervals"
+        plan_budget = (Budget(seconds, (lambda run_id: []) if verdicts else None, hard=budget is not None,
+                              intervals=intervals) if seconds else None)  # a plan has no verdicts yet, only whether
+        runner = Runner(spec, None, err, before_group=hook, budget=plan_budget)  # type: ignore[arg-type]
+        runner.instantiate()  # a plan needs no store
+        if budget is not None and not resume:
+            _check_budget_affords_minimum(budget, runner.estimate_seconds(),
+                                          f"{spec.settings.repetitions} repetition(s) of every configuration are")
+        if dry_run:
+            for line in runner.dry_run_lines():
+                click.echo(line)
+            return
     store = _store(db)
-    runner = Runner(spec, store, err, before_group=hook)
+    runner = Runner(spec, store, err, before_group=hook,
+                    budget=Budget(seconds, verdict_source(store, verdicts) if verdicts else None,
+                                  hard=budget is not None, started=STARTED,
+                                  intervals=spec.settings.budget_on == "verdicts+intervals"))
     runner.instantiate()
     run_id = runner.start(resume)
     err.print(f"run [bold]{run_id}[/bold] ({spec.name}), results in {escape(store.location)}")
@@ -214,6 +262,22 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
         raise IolabError(problem)
     if status == "failed":
         raise IolabError(f"run {run_id} failed: no trial succeeded (see `iolab report {run_id}`)")
+
+
+def _check_budget_affords_minimum(budget: float, minimum_s: float, minimum: str) -> None:
+    """A --budget the minimum repetitions' estimate already exceeds is refused before anything is
+    created: a run that would stop half-way through its minimum answers nothing (every interval
+    needs the minimum), and the user is better served by a number to give than by a failed run.
+    The estimate is the workloads' own (set-ups and guest boots not counted): a budget that passes
+    here can still run out inside the minimum, which the run then says up front and in its report."""
+    from iolab.analysis.budget import fmt_seconds
+
+    if minimum_s > budget:
+        enough = minimum_s * 1.25
+        give = f"{math.ceil(enough)}s" if enough < 90 else f"{math.ceil(enough / 60)}m"
+        raise InputError(f"--budget {fmt_seconds(budget)} cannot afford the minimum: {minimum} estimated at "
+                         f"{fmt_seconds(minimum_s)} (the workloads' own estimates, set-ups not counted); give "
+                         f"--budget {give} or more, or fewer repetitions (study.repetitions)")
 
 
 def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
@@ -252,24 +316,34 @@ def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
 @click.option("--resume", "resume", metavar="RUN", help="finish a reproduction: completed studies are kept")
 @click.option("--dry-run", is_flag=True, help="print what each study would run and stop; creates nothing")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="where to write the reproduction's HTML page")
+@budget_option
 @db_option
-def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | None, db: str | None) -> None:
+def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | None, budget: float | None,
+              db: str | None) -> None:
     """Run the five reference studies (R1-R5) and write one page: every published claim, this
     machine's value with its CI, holds / differs / not testable here, and why."""
+    from iolab.analysis.budget import fmt_seconds
     from iolab.report.document import write_html
-    from iolab.reproduce.session import Reproduction, plan_lines
+    from iolab.reproduce.session import Reproduction, minimum_seconds, plan_lines
 
     if output is not None:
         check_writable(output, "-o")
+    if budget is not None and not resume and (minimum := minimum_seconds(quick, err)) > budget:
+        # not refused, unlike a single run's: the studies it reaches are still answered
+        err.print(f"[yellow]--budget {fmt_seconds(budget)} cannot afford every study's minimum repetitions "
+                  f"(estimated {fmt_seconds(minimum)}, guest boots not counted): the studies get their minimum "
+                  "in turn while the budget lasts, and the page says which claims it left open"
+                  + ("" if quick else "; --quick needs less") + "[/yellow]")
     if dry_run:
-        for line in plan_lines(quick, err):
+        for line in plan_lines(quick, err, budget):
             click.echo(line)
         return
     store = _store(db)
     if resume:
         _resolve(store, resume)
-    repro = Reproduction(store, err, on_child_done=lambda name, path: err.print(f"{name} report: {path}"))
-    run_id = repro.resume(resume) if resume else repro.start(quick)
+    repro = Reproduction(store, err, on_child_done=lambda name, path: err.print(f"{name} report: {path}"),
+                         started=STARTED)
+    run_id = repro.resume(resume, budget) if resume else repro.start(quick, budget)
     err.print(f"reproduction [bold]{run_id}[/bold]{' (quick)' if repro.quick else ''}, results in "
               f"{escape(store.location)}")
     try:

@@ -50,10 +50,10 @@ def test_package_has_the_parts_and_nothing_else(name: str) -> None:
     pkg = _package(name)
     assert hasattr(pkg, "__path__"), f"{name} must be a package studies/<name>/, not a module"
     modules = _modules(pkg)
-    has_hook = "hook" in modules
-    expected = set(builtin.PARTS) | ({"hook"} if has_hook else set()) | PART_HELPERS.get(name, set())
+    optional = {p for p in builtin.OPTIONAL_PARTS if p in modules}
+    expected = set(builtin.PARTS) | optional | PART_HELPERS.get(name, set())
     assert modules == expected, f"{name}: modules {sorted(modules)}, the shape allows {sorted(expected)}"
-    exports = set(builtin.EXPORTS) | ({builtin.HOOK_EXPORT} if has_hook else set())
+    exports = set(builtin.EXPORTS) | {builtin.OPTIONAL_EXPORTS[p] for p in optional}
     # top level: NAME, SUMMARY, the parts' functions and the part modules themselves; nothing else
     public = {k for k in vars(pkg) if not k.startswith("_")}
     assert public == exports | modules, f"{name}: top level {sorted(public - exports - modules)} is not a part"
@@ -66,7 +66,8 @@ def test_each_part_provides_its_function_under_its_name(name: str) -> None:
     pkg = _package(name)
     parts = {p: importlib.import_module(f"{pkg.__name__}.{p}") for p in _modules(pkg)}
     checks = {"spec": ("build", ["quick"]), "analysis": ("analyze", ["doc"]),
-              "presentation": ("present", ["doc", "f"]), "hook": ("before_group", ["ctx"])}
+              "presentation": ("present", ["doc", "f"]), "hook": ("before_group", ["ctx"]),
+              "verdicts": ("study_verdicts", ["doc"])}
     for part, (fn, params) in checks.items():
         if part not in parts:
             continue
@@ -101,11 +102,12 @@ def _imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("name", STUDIES)
 def test_analysis_and_presentation_are_pure(name: str) -> None:
-    """They read the results document only: no runner, store, target, workload, probe or process
-    (every import, also one inside a function)."""
+    """They (and a study's verdicts) read the results document only: no runner, store, target,
+    workload, probe or process (every import, also one inside a function)."""
     pkg = _package(name)
     root = Path(pkg.__path__[0])
-    for part in ("analysis", "presentation", *sorted(PART_HELPERS.get(name, ()))):
+    parts = ["analysis", "presentation", *(["verdicts"] if (root / "verdicts.py").exists() else [])]
+    for part in (*parts, *sorted(PART_HELPERS.get(name, ()))):
         bad = sorted(m for m in _imports(root / f"{part}.py")
                      if any(m == s or m.startswith(s + ".") for s in SIDE_EFFECTS))
         assert not bad, f"{name}/{part}.py imports {bad}"

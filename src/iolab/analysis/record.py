@@ -21,7 +21,7 @@ writes `_json_load` per class), and the project already uses pydantic v2 for eve
   docs/results.md (`{mean, ci95, n, method, estimand, domain, ...}`, non-finite numbers as
   null). `Quantity` is an Estimate that also says its unit (and, for a metric, its direction),
   as the estimate objects that carry `unit` do.
-* `Decided`: an `analysis.verdicts.Decision` inside a model (`{more_repetitions, configurations}`).
+* `Decided`: an `analysis.verdicts.Decision` inside a model (`{more_repetitions, configurations, config_ids}`).
 """
 
 from __future__ import annotations
@@ -125,12 +125,14 @@ def _decision_json(d: Decision) -> dict[str, object]:
 def _parse_decision(v: object) -> Decision:
     if isinstance(v, Decision):
         return v
-    if not isinstance(v, Mapping) or set(v) != {"more_repetitions", "configurations"}:
-        raise ValueError(f"a decision is {{more_repetitions, configurations}}, got {v!r}")
+    if not isinstance(v, Mapping) or not {"more_repetitions", "configurations"} <= set(v) \
+            or not set(v) <= {"more_repetitions", "configurations", "config_ids"}:
+        raise ValueError(f"a decision is {{more_repetitions, configurations[, config_ids]}}, got {v!r}")
     more = v["more_repetitions"]
     if more is not None and (not isinstance(more, int) or isinstance(more, bool)):
         raise ValueError(f"more_repetitions is an integer or null, got {more!r}")
-    return Decision(more, tuple(str(c) for c in v["configurations"]))
+    return Decision(more, tuple(str(c) for c in v["configurations"]),
+                    tuple(str(c) for c in v.get("config_ids") or ()))
 
 
 Decided = Annotated[Decision, PlainValidator(_parse_decision), PlainSerializer(_decision_json)]

@@ -59,6 +59,7 @@ def configurations(doc: Doc) -> list[ConfigRepetitions]:
     """One record per configuration, from its stored trials and the declarations they carry."""
     settings = settings_of(doc) or StudySettings(name="unknown")
     design = design_of(doc)
+    spent = bool(((doc.get("extra") or {}).get("budget") or {}).get("exhausted"))  # a time budget ran out
     out = []
     for cid, trials in by_config(doc).items():
         ok = [t for t in trials if t["status"] == "ok"]
@@ -78,9 +79,16 @@ def configurations(doc: Doc) -> list[ConfigRepetitions]:
             config_id=cid, label=label_text(trials[0], cid), ok=len(ok), failed=failed, attempts=len(trials),
             failed_of=failed_text(failed, len(trials)), main_metric=main, zero_values=zeros,
             stop_reason=(f"skipped by the study's hook: {skipped.split(': ', 1)[-1]}" if skipped and not ok
-                         else rule.stop_reason(values, failed)),
+                         else _under_budget(rule.stop_reason(values, failed), spent)),
             interval_method=method + (RESOLUTION_METHOD if clock > 0 else ""), clock_error=clock, checks=trips))
     return out
+
+
+def _under_budget(reason: str, spent: bool) -> str:
+    """A configuration short of its minimum or cap because the run's time budget ran out says so."""
+    if spent and reason.startswith("short of"):
+        return reason.split(" (", 1)[0] + " (the time budget was spent)"
+    return reason
 
 
 def _num(v: Any) -> float:

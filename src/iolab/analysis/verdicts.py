@@ -18,14 +18,19 @@ them hold, differs when any differs, and is undecided otherwise.
 
 Pure: a verdict is a function of intervals, which are functions of stored trials, so a
 runner can recompute every verdict between rounds (the `--budget` mode spends repetitions
-where `Decision.more` says they decide something).
+where `Decision.more` says they decide something). `ReportedVerdict` is that interface: one
+verdict a study (or a reproduction's page) reports, with the configurations (by id) that
+would decide it (analysis/budget.py and runner/schedule.py read nothing else).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from iolab.analysis.trials import config_of
 
 HOLDS, DIFFERS, UNDECIDED, UNTESTABLE = "holds", "differs", "undecided", "not testable here"
 VERDICTS = (HOLDS, DIFFERS, UNDECIDED, UNTESTABLE)
@@ -81,6 +86,7 @@ class Decision:
 
     more: int | None
     configurations: tuple[str, ...] = ()
+    config_ids: tuple[str, ...] = ()  # the same configurations by id (trials[].id's prefix): where to spend
 
     def words(self) -> str:
         if self.more is None:
@@ -90,16 +96,70 @@ class Decision:
         return f"about {self.more} more repetition(s){where} would likely decide it, if the spread stays as measured"
 
     def as_dict(self) -> dict[str, object]:
-        return {"more_repetitions": self.more, "configurations": list(self.configurations)}
+        return {"more_repetitions": self.more, "configurations": list(self.configurations),
+                "config_ids": list(self.config_ids)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Decision | None:
+        """The inverse of as_dict (a finding stored as a dict); None for None."""
+        if not d:
+            return None
+        more = d.get("more_repetitions")
+        return cls(more if isinstance(more, int) else None, tuple(d.get("configurations") or ()),
+                   tuple(d.get("config_ids") or ()))
+
+
+@dataclass(frozen=True)
+class ReportedVerdict:
+    """One verdict a study or a page reports, as a repetition budget reads it between rounds:
+    `id` stable across rounds (a claim's id, a table row's key), `text` what it asks in words,
+    the verdict, and for an undecided one what would decide it (`decision.config_ids`)."""
+
+    id: str
+    text: str
+    verdict: str
+    decision: Decision | None = None
+
+    @property
+    def decidable(self) -> bool:
+        """Undecided, and more repetitions of known configurations would likely decide it."""
+        d = self.decision
+        return self.verdict == UNDECIDED and d is not None and d.more is not None and bool(d.config_ids)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "verdict": self.verdict,
+                "decide": self.decision.as_dict() if self.decision else None}
+
+
+def config_ids_of(trials: Iterable[dict[str, Any]]) -> tuple[str, ...]:
+    """The configuration ids of these trials (a trial id is '<config id>-r<repetition>'), in order."""
+    return tuple(dict.fromkeys(config_of(t) for t in trials))
 
 
 def more_needed(band: Band, project: Callable[[int], tuple[float, float]], current: int,
-                configurations: Iterable[str] = ()) -> Decision:
+                configurations: Iterable[str] = (), config_ids: Iterable[str] = ()) -> Decision:
     """The smallest number of further repetitions after which the projected interval (`project(k)`:
     the interval with k more repetitions at the spread measured so far, same estimate) is
     decided. `current`: repetitions so far (projections stop at PROJECT_MAX in all)."""
     for k in range(1, max(PROJECT_MAX - current, 0) + 1):
         lo, hi = project(k)
         if band.decide(lo, hi) != UNDECIDED:
-            return Decision(k, tuple(configurations))
-    return Decision(None, tuple(configurations))
+            return Decision(k, tuple(configurations), tuple(config_ids))
+    return Decision(None, tuple(configurations), tuple(config_ids))
+
+
+Interval = tuple[float, float]
+
+
+def decide_all(items: Sequence[tuple[Band, Interval, Callable[[int], Interval]]], current: int,
+               configurations: Iterable[str] = (), config_ids: Iterable[str] = ()) -> tuple[str, Decision | None]:
+    """The verdict over several intervals (`combine`), and for an undecided one what would decide it:
+    the fewest further repetitions after which the projected intervals (`project(k)`) give a verdict.
+    items: (band, (lo, hi) now, project) per interval; `current`: repetitions so far."""
+    verdict = combine(band.decide(*now) for band, now, _ in items)
+    if verdict != UNDECIDED or not items:
+        return verdict, None
+    for k in range(1, max(PROJECT_MAX - current, 0) + 1):
+        if combine(band.decide(*project(k)) for band, _, project in items) != UNDECIDED:
+            return verdict, Decision(k, tuple(configurations), tuple(config_ids))
+    return verdict, Decision(None, tuple(configurations), tuple(config_ids))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from iolab.analysis import budget as budgets
 from iolab.analysis import repetitions
 from iolab.analysis.trials import declarations
+from iolab.analysis.verdicts import ReportedVerdict
 from iolab.core import paths
 from iolab.report.model import Section
 from iolab.report.render import render
@@ -34,6 +37,13 @@ def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
         total = sum(len(ts) for ts in kids)
         doc["trial_counts"] = {"total": total, "ok": total - failed, "failed": failed}
     return doc
+
+
+def verdict_source(store: Store, verdicts: Callable[[dict[str, Any]], list[ReportedVerdict]]
+                   ) -> Callable[[str], list[ReportedVerdict]]:
+    """run id -> `verdicts` of that run's document as stored now: what a time budget spends on
+    between rounds (runner/schedule.py)."""
+    return lambda run_id: verdicts(results_document(store, store.resolve(run_id)))
 
 
 def analysis_of(run: RunRecord) -> str:
@@ -88,10 +98,34 @@ def analyse_document(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str], li
         findings = findings.model_copy(update={"repetitions": records, "metric_declarations": declarations(doc)})
         doc["findings"] = findings.to_json()
         summary, sections = module.present(doc, findings)
-        return doc, summary, [*sections, repetitions.section(records)]
+        tail = [repetitions.section(records)]
+        budget = (doc.get("extra") or {}).get("budget")
+        if isinstance(budget, dict):  # a run with a time budget: what it decided and what it left open
+            rows = _budget_rows(doc, module, budget)
+            doc["findings"]["budget"] = {**budget, "verdicts": rows}
+            summary = [*summary, budgets.summary_words(budget, rows)]
+            tail.append(budgets.section(budget, rows))
+        return doc, summary, [*sections, *tail]
     finally:
         doc.pop("children", None)   # the findings summarise them; each child has its own document
         doc.pop("report_dir", None)
+
+
+def _budget_rows(doc: dict[str, Any], module: Any, budget: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each verdict the budget spent on, decided or left open: recomputed from the trials when the
+    run spent on its own study's verdicts, else as the run stored them (a reproduction's claims,
+    decided on its page)."""
+    fn = getattr(module, "study_verdicts", None)
+    stored = [r for r in budget.get("verdicts") or [] if isinstance(r, dict)]
+    if fn is None or budget.get("source") != budgets.STUDY_SOURCE:
+        return stored
+    settings = doc.get("spec", {}).get("study") or {}
+    cap = settings.get("max_repetitions")
+    max_reps = cap if isinstance(cap, int) else 10
+    _, room = budgets.repetitions_left(doc, max_reps)
+    times = budgets.trial_times(doc)
+    ran_out = bool(budget.get("exhausted")) or budget.get("phase") == "done"
+    return budgets.account(fn(doc), room, lambda c: times.get(c, 0.0), ran_out)
 
 
 def write_html(store: Store, run: RunRecord, output: Path | None = None

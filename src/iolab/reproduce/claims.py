@@ -46,7 +46,9 @@ from iolab.analysis.verdicts import (
     UNTESTABLE,
     Band,
     Decision,
+    ReportedVerdict,
     combine,
+    config_ids_of,
 )
 from iolab.studies import builtin
 from iolab.studies.cgroup_weights import analysis as cgroup_weights
@@ -55,8 +57,8 @@ from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification import analysis as sync_amplification
 from iolab.studies.sync_amplification.analysis import AmpRow, SyncAmplificationFindings
 from iolab.studies.sync_amplification.cost import gain_text, verdict_rows
-from iolab.studies.sync_amplification.spec import DEFAULTS
-from iolab.studies.vm_profile.analysis import collect
+from iolab.studies.sync_amplification.spec import COUNT_WORKLOAD, DEFAULTS
+from iolab.studies.vm_profile.analysis import collect, system_of, trial_metrics
 from iolab.studies.write_modes import analysis as write_modes
 from iolab.studies.write_modes.analysis import WriteModesFindings
 
@@ -132,6 +134,7 @@ class Measured:
     est: Estimate
     project: Callable[[int], Estimate]
     configs: tuple[str, ...]
+    ids: tuple[str, ...] = ()  # the same configurations by id: where a budget would spend
 
 
 def decide(items: Sequence[tuple[Measured, Band]]) -> tuple[str, Decision | None]:
@@ -143,11 +146,12 @@ def decide(items: Sequence[tuple[Measured, Band]]) -> tuple[str, Decision | None
         return verdict, None
     open_ = [m for m, band in items if band.decide(m.est.lo, m.est.hi) == UNDECIDED]
     configs = tuple(dict.fromkeys(c for m in open_ for c in m.configs))
+    ids = tuple(dict.fromkeys(i for m in open_ for i in m.ids))
     n = min(m.est.n for m in open_)
     for k in range(1, max(PROJECT_MAX - n, 0) + 1):
         if combine(band.decide(m.project(k).lo, m.project(k).hi) for m, band in items) != UNDECIDED:
-            return verdict, Decision(k, configs)
-    return verdict, Decision(None, configs)
+            return verdict, Decision(k, configs, ids)
+    return verdict, Decision(None, configs, ids)
 
 
 def undecided_words(decision: Decision | None) -> str:
@@ -221,7 +225,7 @@ def _one(doc: Doc, ctx: Ctx, where: Params, metric: str, name: str = "") -> Meas
     vals, rel = [float(t["metrics"][metric]) for t in ts], relative_resolution(ts, metric)
     est = ctx.est(doc)
     return Measured(name or _label(where), est.estimate(vals, rel=rel), lambda k: est.projected(vals, k),
-                    (_label(where),))
+                    (_label(where),), config_ids_of(ts))
 
 
 def _ratio(doc: Doc, ctx: Ctx, num: Params, den: Params, metric: str, name: str = "") -> Measured:
@@ -232,13 +236,13 @@ def _ratio(doc: Doc, ctx: Ctx, num: Params, den: Params, metric: str, name: str 
     est = ctx.est(doc)
     e = est.ratio(va, vb, (relative_resolution(a, metric), relative_resolution(b, metric)))
     return Measured(name or f"{_label(num)} / {_label(den)}", e, lambda k: est.projected_ratio(va, vb, k),
-                    (_label(num), _label(den)))
+                    (_label(num), _label(den)), config_ids_of(a + b))
 
 
 def _ratio_of(a: Measured, b: Measured, name: str) -> Measured:
     """a/b of two ratios (MOVER again): e.g. the 4 KiB gap over the large-record gap."""
     return Measured(name, mover_ratio(a.est, b.est), lambda k: mover_ratio(a.project(k), b.project(k)),
-                    a.configs + b.configs)
+                    a.configs + b.configs, tuple(dict.fromkeys(a.ids + b.ids)))
 
 
 def _not_run(doc: Doc | None, study: str) -> Verdict | None:
@@ -372,7 +376,8 @@ def _r2_knee(doc: Doc, ctx: Ctx) -> Verdict:
         for k in range(1, max(PROJECT_MAX - n, 0) + 1):
             f2, l2 = _knee_bounds({b: m.project(k) for b, m in ms.items()}, frac)
             if lo_ok <= f2 and l2 <= hi_ok or l2 < lo_ok or f2 > hi_ok:
-                decision = Decision(k, tuple(f"bs={_size(b)}" for b in sizes))
+                decision = Decision(k, tuple(f"bs={_size(b)}" for b in sizes),
+                                    tuple(i for m in ms.values() for i in m.ids))
                 break
     side = "later" if first > hi_ok else "earlier"
     reason = {HOLDS: f"O_SYNC reaches {frac:.0%} of its best throughput from {_size(knee)} on, as R2 saw at 64 KiB "
@@ -411,8 +416,13 @@ def _factors(r: AmpRow | None) -> list[float]:
 
 def _factor(doc: Doc, ctx: Ctx, r: AmpRow) -> Measured:
     vals, est = _factors(r), ctx.est(doc)
+    ts = [t for t in ok_trials(doc) if t["params"].get("_workload", {}).get("kind") == "sync-writes"
+          and t["params"].get("workload", COUNT_WORKLOAD) == COUNT_WORKLOAD
+          and (t["params"]["_target"].get("format", "raw"), t["params"]["_workload"].get("pattern"),
+               t["params"]["_target"].get("guest_fs", "none")) == (r.format, r.pattern, r.guest_fs)
+          and all(t["params"]["_target"].get(k, v) == v for k, v in DEFAULTS.items())]
     return Measured(f"fs={r.guest_fs}", est.estimate(vals), lambda k: est.projected(vals, k),
-                    (f"qcow2 append fs={r.guest_fs}",))
+                    (f"qcow2 append fs={r.guest_fs}",), config_ids_of(ts))
 
 
 def _r3_three(doc: Doc, ctx: Ctx) -> Verdict:
@@ -475,7 +485,8 @@ def _groups(doc: Doc, ctx: Ctx, ctrl: str, n: int | None, tenant: str, metric: s
           or tenant != "off"]
     vals, est = [float(t["metrics"][metric]) for t in ts], ctx.est(doc)
     label = f"{ctrl} N={n}" if n is not None else f"{ctrl} beside the application"
-    return Measured(f"{label} {metric}", est.estimate(vals), lambda k: est.projected(vals, k), (label,))
+    return Measured(f"{label} {metric}", est.estimate(vals), lambda k: est.projected(vals, k), (label,),
+                    config_ids_of(ts))
 
 
 def _weights(doc: Doc) -> CgroupWeightsFindings:
@@ -598,8 +609,9 @@ def _profile_ratio(doc: Doc, ctx: Ctx, metric: str) -> Measured:
     v = collect(doc)
     enc, perf = v.get("encrypted", {}).get(metric, []), v.get("performance", {}).get(metric, [])
     est = ctx.est(doc)
+    ts = [t for t in ok_trials(doc) if system_of(t) in ("encrypted", "performance") and metric in trial_metrics(t)]
     return Measured(metric.split("_", 1)[1], est.ratio(enc, perf), lambda k: est.projected_ratio(enc, perf, k),
-                    (f"encrypted {metric}", f"performance {metric}"))
+                    (f"encrypted {metric}", f"performance {metric}"), config_ids_of(ts))
 
 
 def _r5_part(part: str, metrics: tuple[str, ...]) -> Callable[[Doc, Ctx], Verdict]:
@@ -705,6 +717,13 @@ def evaluate(children: dict[str, Doc], quick: bool) -> list[ClaimRow]:
                              verdict=v.verdict, value=v.value, reason=v.reason, estimate=v.estimate,
                              intervals=v.intervals, decide=v.decide, run_id=doc.get("run_id") if doc else None))
     return rows
+
+
+def study_verdicts(study: str, children: dict[str, Doc], quick: bool) -> list[ReportedVerdict]:
+    """The claims one study answers, as a repetition budget reads them between that study's rounds
+    (`children`: the documents stored so far, that study's included; the family is the page's
+    as far as those documents make it)."""
+    return [ReportedVerdict(r.id, r.claim, r.verdict, r.decide) for r in evaluate(children, quick) if r.study == study]
 
 
 def family_of(rows: list[ClaimRow]) -> PageFamily:

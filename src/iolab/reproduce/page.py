@@ -7,13 +7,17 @@ the document of a reproduction carries its child studies' documents under "child
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from collections.abc import Mapping
+from typing import Any
 
+from iolab.analysis import budget as spend
 from iolab.analysis.findings import Findings
 from iolab.analysis.record import JSONObject, Record
 from iolab.analysis.trials import Doc
+from iolab.analysis.verdicts import ReportedVerdict
 from iolab.report.model import Link, Note, Section, Table, Tag, Tone
 from iolab.reproduce import claims
 from iolab.reproduce.claims import ClaimRow, PageFamily
@@ -41,6 +45,7 @@ class PageFindings(Findings):
     counts: dict[str, int]
     family: PageFamily
     studies: dict[str, ChildRun]
+    budget: JSONObject | None = None  # only with a time budget (page.budget_of)
 
 
 def findings(doc: Doc) -> PageFindings:
@@ -48,10 +53,45 @@ def findings(doc: Doc) -> PageFindings:
     quick = bool((doc.get("options") or {}).get("quick"))
     rows = claims.evaluate(children, quick)
     counts = Counter(r.verdict for r in rows)
-    return PageFindings(quick=quick, claims=rows, counts={v: counts.get(v, 0) for v in VERDICT_ORDER},
-                        family=claims.family_of(rows),
-                        studies={name: ChildRun(**{k: v for k, v in c.items() if k != "doc"})
-                                 for name, c in (doc.get("children") or {}).items()})
+    out = PageFindings(quick=quick, claims=rows, counts={v: counts.get(v, 0) for v in VERDICT_ORDER},
+                       family=claims.family_of(rows),
+                       studies={name: ChildRun(**{k: v for k, v in c.items() if k != "doc"})
+                                for name, c in (doc.get("children") or {}).items()})
+    budget = budget_of(doc, rows)
+    return out if budget is None else out.model_copy(update={"budget": budget})
+
+
+def budget_of(doc: Doc, rows: list[ClaimRow]) -> JSONObject | None:
+    """The reproduction's time budget (or its quick studies' own) and, for each claim of a study that
+    ran under one, whether the budget decided it or left it open, with what it would take. None:
+    no budget anywhere."""
+    own = (doc.get("extra") or {}).get("budget")
+    kids = {name: c.get("doc") or {} for name, c in (doc.get("children") or {}).items()}
+    studies: dict[str, JSONObject] = {}
+    verdicts: list[JSONObject] = []
+    for r in rows:
+        child = kids.get(r.study) or {}
+        b = (child.get("extra") or {}).get("budget")
+        if not isinstance(b, dict):
+            continue
+        studies[r.study] = {k: b.get(k) for k in ("seconds", "spent_s", "exhausted", "hard")}
+        cap = ((child.get("spec") or {}).get("study") or {}).get("max_repetitions")
+        _, room = spend.repetitions_left(child, cap if isinstance(cap, int) else 10)
+        times = spend.trial_times(child)
+        ran_out = bool(b.get("exhausted")) or b.get("phase") == "done"
+        verdict = ReportedVerdict(r.id, r.claim, r.verdict, r.decide)
+        [row] = spend.account([verdict], room, functools.partial(_time_of, times), ran_out)
+        verdicts.append({**row, "study": r.study, "reference": r.reference})
+    if not isinstance(own, dict) and not studies:
+        return None
+    total: JSONObject
+    if isinstance(own, dict):
+        total = {k: own.get(k) for k in ("seconds", "spent_s", "exhausted")}
+    else:  # each quick study had its own budget
+        total = {"seconds": sum(float(v.get("seconds") or 0) for v in studies.values()),
+                 "spent_s": sum(float(v.get("spent_s") or 0) for v in studies.values()),
+                 "exhausted": any(v.get("exhausted") for v in studies.values()), "per_study": True}
+    return {**total, "studies": studies, "verdicts": verdicts}
 
 
 def analyze(doc: Doc) -> JSONObject:
@@ -66,6 +106,10 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
     summary = [f"{len(f.claims)} published claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_ORDER),
                family_words(fam)]
     summary += [f"{r.id} {r.verdict}: {r.reason}" for r in f.claims if r.verdict == claims.DIFFERS]
+    budget = f.budget
+    under = {str(r["id"]): r for r in (budget or {}).get("verdicts") or []}
+    if budget:
+        summary.append(spend.summary_words(budget, [r for r in under.values() if r["status"] != spend.NOT_TESTABLE]))
     base = doc.get("report_dir")
     sections = []
     for ref, title, study in REFERENCES:
@@ -74,9 +118,10 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
             continue
         child = f.studies.get(study) or ChildRun()
         link = _link(child, base)
-        table = Table("Published claims and this machine", ["claim", "this machine", "verdict", "why",
-                                                            "rule"],
-                      [[r.claim, r.value, Tag(r.verdict, TONES[r.verdict]), r.reason, r.rule] for r in rows])
+        columns = ["claim", "this machine", "verdict", "why", "rule"] + (["under the budget"] if under else [])
+        table = Table("Published claims and this machine", columns,
+                      [[r.claim, r.value, Tag(r.verdict, TONES[r.verdict]), r.reason, r.rule]
+                       + ([_budget_tag(under.get(r.id))] if under else []) for r in rows])
         blocks: list[Table] = [table]
         if link:
             blocks.append(Table("Study run", ["study", "run", "status", "trials ok"],
@@ -87,6 +132,8 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
     sections.append(Section("Study runs", [Table("The studies this reproduction ran",
                                                  ["study", "run (its full report)", "status", "trials ok"], studies)],
                             intro="Each study has its own full report with every number, chart and trial."))
+    if budget:
+        sections.insert(0, budget_section(budget))
     sections.insert(0, Section("How the verdicts are decided", [Note(family_words(fam), "info")], intro=(
         "holds: every interval the claim reads lies inside its band (or beyond its threshold; for a claim of "
         "equality, an equivalence test); differs: an interval lies wholly outside it; undecided: an interval "
@@ -107,6 +154,45 @@ def family_words(fam: PageFamily) -> str:
             f"each computed at 1/{fam.intervals} of their design's tail (Bonferroni), so the chance that any "
             f"holds or differs on this page is wrong is at most {fam.alpha:.0%}; undecided and not testable "
             "verdicts claim nothing.")
+
+
+def _time_of(times: dict[str, float], config_id: str) -> float:
+    return times.get(config_id, 0.0)
+
+
+def _budget_tag(row: Mapping[str, Any] | None) -> Tag | str:
+    if row is None:
+        return "–"
+    return Tag(row["status"], spend.STATUS_TONES.get(row["status"], "neutral"))
+
+
+def budget_section(budget: Mapping[str, Any]) -> Section:
+    """Which claims the budget decided and which it left open (with what it would take), and how the
+    budget was shared among the studies."""
+    rows = [r for r in budget.get("verdicts") or [] if r["status"] != spend.NOT_TESTABLE]
+    decided = [r for r in rows if r["status"] == spend.DECIDED]
+    left = [r for r in rows if r["status"] != spend.DECIDED]
+    tone: Any = "warn" if budget.get("exhausted") else "info"
+    blocks: list[Note | Table] = [Note(spend.summary_words(budget, rows), tone)]
+    if decided:
+        blocks.append(Table("Decided within the budget", ["claim", "study", "verdict"],
+                            [[r["id"], r["study"], r["verdict"]] for r in decided]))
+    if left:
+        blocks.append(Table("Left open", ["claim", "study", "under the budget", "what it would take"],
+                            [[r["id"], r["study"], _budget_tag(r), r["words"]] for r in left]))
+    studies = budget.get("studies") or {}
+    if studies:
+        blocks.append(Table("The budget per study", ["study", "budget", "spent", "ran out"],
+                            [[name, spend.fmt_seconds(v.get("seconds")), spend.fmt_seconds(v.get("spent_s")),
+                              "yes" if v.get("exhausted") else "no"] for name, v in studies.items()]))
+    intro = ("Each study first ran every configuration to its minimum, then spent further repetitions on its claims "
+             "still undecided that more repetitions would likely decide (the most decisions per second first), "
+             "then on intervals wider than its target, never starting a round the measured trial times said could "
+             "not finish. ")
+    intro += ("Each quick study had its own budget." if budget.get("per_study") else
+              "The reproduction's budget was shared among the studies in turn, in proportion to what each needs; "
+              "what one left unspent went to the next.")
+    return Section("The time budget", blocks, intro=intro)
 
 
 def _link(child: ChildRun, base: str | None) -> Link | None:

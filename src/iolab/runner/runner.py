@@ -24,7 +24,7 @@ import time
 import traceback
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from iolab.analysis import budget as spend
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import metrics, registry
@@ -46,6 +47,8 @@ from iolab.probes.registry import probe_classes
 from iolab.runner import confounders, plan
 from iolab.runner.manifest import environment
 from iolab.runner.progress import Reporter, reporter_for
+from iolab.runner.schedule import EXTRA_KEY as BUDGET_KEY
+from iolab.runner.schedule import Budget, Schedule
 from iolab.store.base import Store
 from iolab.studies.hooks import GroupContext, GroupHook, configs_to_skip
 from iolab.studies.spec import StudySpec
@@ -78,8 +81,13 @@ def new_run_id(study: str) -> str:
 
 class Runner:
     def __init__(self, spec: StudySpec, store: Store, console: Console | None = None,
-                 ledger: Ledger | None = None, before_group: GroupHook | None = None):
+                 ledger: Ledger | None = None, before_group: GroupHook | None = None,
+                 budget: Budget | None = None):
         self.spec = spec
+        # a time budget (runner/schedule.py): the minimum, then open verdicts, then intervals. Its
+        # seconds None: the budget the run was stored with, if any (resume)
+        self.budget = budget
+        self.schedule: Schedule | None = None
         self.store = store
         self.console = console or Console(stderr=True)
         self.ledger = ledger or Ledger()
@@ -89,6 +97,7 @@ class Runner:
         self.run_id = ""
         self.reporter: Reporter = reporter_for(self.console)
         self.problems: list[dict[str, str]] = []  # teardown errors of this session (extra.problems)
+        self._session_trial_s: dict[str, list[float]] = defaultdict(list)  # per target, while it is up
         if store is not None:  # what the store does on its own (results kept in its spool, written later);
             reporter = self.reporter  # only the reporter: a study hook reaches the store, never the runner
             store.notify = lambda text: reporter.message(f"[yellow]{escape(text)}[/yellow]")
@@ -133,7 +142,16 @@ class Runner:
                  f"{plan.MAX_FAILURES_WITHOUT_SUCCESS} failures with no success or {s.max_repetitions} failures",
                  f"estimated time: {_fmt_s(self.estimate_seconds())} at {s.repetitions} repetitions "
                  f"(up to {_fmt_s(self.estimate_seconds() * s.max_repetitions / s.repetitions)})",
-                 f"order: {s.order}", "will create or touch:"]
+                 f"order: {s.order}"]
+        if self.budget is not None and self.budget.seconds:
+            after = (["the configurations behind verdicts still undecided"] if self.budget.verdicts is not None
+                     else []) + (["intervals wider than ±ci_target"] if self.budget.intervals else [])
+            lines.append(f"budget: {spend.fmt_seconds(self.budget.seconds)} of wall time: "
+                         + ("the minimum first (stopped too if the budget runs out)" if self.budget.hard else
+                            "the minimum always runs whole")
+                         + (f", then repetitions go to {', then to '.join(after)}" if after else ", nothing after it")
+                         + "; no round starts that the measured times say cannot finish")
+        lines.append("will create or touch:")
         for t in self.targets.values():
             lines += [f"  - {line}" for line in t.describe()]
             lines.append(f"  - {t.kind}: {t.offer(t.params).summary()}")
@@ -151,6 +169,8 @@ class Runner:
     def start(self, run_id: str | None = None) -> str:
         """Create a new run, or pick up an existing one (resume): finished trials are kept."""
         if run_id is None:
+            if self.budget is not None and self.budget.seconds:
+                self.schedule = Schedule(self.budget)
             self.run_id = new_run_id(self.spec.name)
             self.store.create_run(self.run_id, self.spec.name, self.spec.source, self.spec.raw, self.spec.options,
                                   environment())
@@ -162,8 +182,12 @@ class Runner:
                 raise RefusedError(f"run {run_id} is being run right now by another iolab process "
                                    f"(pid {o.pid if o else holder}); wait for it to end or stop it, then resume")
             self.run_id = run_id
-            self.problems = list(self.store.resolve(run_id).extra.get("problems") or [])
+            extra = self.store.resolve(run_id).extra
+            self.problems = list(extra.get("problems") or [])
+            self.schedule = _resumed_schedule(self.budget, extra.get(BUDGET_KEY))
             for t in self.store.trials(run_id):
+                if self.schedule is not None and t.ended >= t.started:
+                    self.schedule.trial_ran(t.config_id, t.ended - t.started)
                 st = self.state[t.config_id]
                 st.attempts += 1
                 if t.status == "ok":
@@ -180,8 +204,11 @@ class Runner:
         self.reporter.start(self._remaining_estimate())
         try:
             with _signals_as_interrupt():
-                for g in plan.target_groups(self.spec):
-                    self._run_group(g)
+                if self.schedule is not None:
+                    self.schedule.run(self)
+                else:
+                    for g in plan.target_groups(self.spec):
+                        self._run_group(g)
             status = self._final_status()
         except KeyboardInterrupt:
             status = "partial"
@@ -197,15 +224,23 @@ class Runner:
                 self.console.print(f"[red]cleanup problem:[/red] {e}")
         return status
 
-    def _run_group(self, g: plan.TargetGroup) -> None:
+    def _run_group(self, g: plan.TargetGroup, wants: Callable[[Config], bool] | None = None,
+                   after_round: Callable[[plan.TargetGroup], None] | None = None) -> int:
+        """Set the target up, run rounds of the configurations that `wants` more (default: the
+        stopping rule) and tear it down; returns the trials run. Under a budget every set-up, round
+        and trial must fit first (runner/schedule.py), and `after_round` may change what `wants`."""
+        wants = wants or self._wants_more
+        sched = self.schedule
         target = self.targets[_tkey(g.target)]
-        pending = [c for c in g.configs if self._wants_more(c)]
-        if not pending:
-            return
-        placement = self._set_up(target, g, pending)
+        pending = [c for c in g.configs if wants(c)]
+        if not pending or (sched is not None and not sched.affords(sched.setup_s(g) + sched.round_s(pending))):
+            return 0
+        entered = time.monotonic()
+        placement = self._set_up(target, g, pending, wants)
         if placement is None:
-            return
-        pending = [c for c in pending if self._wants_more(c)]
+            return 0
+        pending = [c for c in pending if wants(c)]
+        ran = 0
         try:
             if self.before_group:
                 hook_cgroup: TrialCgroup | None = None
@@ -221,7 +256,7 @@ class Runner:
                         self._record_failure(Trial(c, self.state[c.id].attempts),
                                              f"study hook before_group failed: {_why(exc)}", placement.manifest, tb=tb)
                     self.reporter.message(f"[red]study hook failed[/red]: {_why(exc)[:160]}; skipping this target")
-                    return
+                    return ran
                 finally:
                     self._end_cgroup(hook_cgroup, "the study hook before_group")
                 if skip and decision is not None:
@@ -229,19 +264,38 @@ class Runner:
                     pending = [c for c in pending if c.id not in self.skipped]
             round_no = 0
             while pending:
+                if sched is not None and not sched.affords_round(sched.round_s(pending)):
+                    break  # never start a round the budget cannot finish
                 for c in plan.round_order(pending, round_no, self.spec.settings.order == "interleaved"):
-                    if self.spec.settings.order == "sequential":
-                        while self._wants_more(c):
-                            self._run_trial(target, placement, c)
-                    elif self._wants_more(c):
-                        self._run_trial(target, placement, c)
+                    while wants(c) and (sched is None or sched.affords(sched.trial_s(c.id))):
+                        self._timed_trial(target, placement, c)
+                        ran += 1
+                        if self.spec.settings.order != "sequential":
+                            break
                 round_no += 1
-                pending = [c for c in pending if self._wants_more(c)]
+                if after_round is not None:
+                    after_round(g)
+                pending = [c for c in g.configs if wants(c)]
                 self.reporter.set_total(self.reporter.done + self._remaining_estimate())
+                if sched is not None and sched.ran_out:
+                    break
         finally:
             self._teardown(target)
+            if sched is not None:
+                sched.setup_ran(g, time.monotonic() - entered - sum(self._session_trial_s.pop(_tkey(g.target), [])))
+        return ran
 
-    def _set_up(self, target: Target, g: plan.TargetGroup, pending: list[Config]) -> Placement | None:
+    def _timed_trial(self, target: Target, placement: Placement, c: Config) -> None:
+        """One trial, its wall time (probes and storing included) told to the budget."""
+        started = time.monotonic()
+        self._run_trial(target, placement, c)
+        took = time.monotonic() - started
+        self._session_trial_s[_tkey(c.target)].append(took)
+        if self.schedule is not None:
+            self.schedule.trial_ran(c.id, took)
+
+    def _set_up(self, target: Target, g: plan.TargetGroup, pending: list[Config],
+                wants: Callable[[Config], bool] | None = None) -> Placement | None:
         """The target's placement, or None when its configurations are given up. A failed set-up is
         one failed attempt of each pending configuration, and set-up is tried again while they
         still want trials (the same StopRule.abandoned bound as a trial's failures: two without a
@@ -260,7 +314,7 @@ class Runner:
                 self._teardown(target)
                 if isinstance(exc, FINAL_SETUP_ERRORS):
                     return None
-                pending = [c for c in pending if self._wants_more(c)]
+                pending = [c for c in pending if (wants or self._wants_more)(c)]
                 if pending:
                     self.reporter.message(f"[yellow]target setup failed[/yellow]: {_why(exc)[:160]}; trying again")
         return None
@@ -294,6 +348,42 @@ class Runner:
             return False
         st = self.state[c.id]
         return bool(self.stop_rule(c).wants_more(st.ok_values, st.failures))
+
+    # -- what a budget's schedule asks (runner/schedule.py Runs) --------------------------------
+    def groups(self) -> list[plan.TargetGroup]:
+        return plan.target_groups(self.spec)
+
+    def run_group(self, g: plan.TargetGroup, wants: Callable[[Config], bool],
+                  after_round: Callable[[plan.TargetGroup], None] | None = None) -> int:
+        return self._run_group(g, wants, after_round)
+
+    def n_ok(self, c: Config) -> int:
+        return len(self.state[c.id].ok_values)
+
+    def room(self, c: Config) -> int:
+        """How many more successful repetitions the cap allows."""
+        return max(self.spec.settings.max_repetitions - self.n_ok(c), 0)
+
+    def runnable(self, c: Config) -> bool:
+        """Not skipped by the study's hook, not abandoned after failures."""
+        st = self.state[c.id]
+        return c.id not in self.skipped and not self.stop_rule(c).abandoned(len(st.ok_values), st.failures)
+
+    def wants_more(self, c: Config) -> bool:
+        return self._wants_more(c)
+
+    def min_reps(self) -> int:
+        return self.spec.settings.repetitions
+
+    def prior_s(self, c: Config) -> float:
+        """One trial's seconds before any was measured: the workload's own estimate."""
+        return float(self.workloads[c.id].estimate_seconds())
+
+    def message(self, text: str) -> None:
+        self.reporter.message(text)
+
+    def save(self, key: str, value: Any) -> None:
+        self.store.set_extra(self.run_id, key, value)
 
     def _remaining_estimate(self) -> int:
         s = self.spec.settings
@@ -404,6 +494,24 @@ class Runner:
         if not any(oks):
             return "failed"
         return "complete" if all(n >= s.repetitions for n in oks) else "partial"
+
+
+def _resumed_schedule(given: Budget | None, stored: Any) -> Schedule | None:
+    """A resumed run keeps its budget's accounting: what earlier sessions spent still counts, and
+    the stored total holds unless this session gives one (then that is the run's new total)."""
+    stored = stored if isinstance(stored, dict) else None
+    total = stored.get("seconds") if stored else None
+    if given is not None and given.seconds:
+        schedule = Schedule(given)
+    elif stored and isinstance(total, (int, float)) and total > 0:
+        schedule = Schedule(Budget(float(total), given.verdicts if given else None,
+                                   given.source if given else str(stored.get("source") or ""),
+                                   hard=bool(stored.get("hard", True)), started=given.started if given else None,
+                                   intervals=given.intervals if given else True))
+    else:
+        return None
+    schedule.resume_from(stored, given=bool(given and given.seconds))
+    return schedule
 
 
 def _params(c: Config) -> dict[str, Any]:

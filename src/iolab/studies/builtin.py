@@ -13,6 +13,9 @@ package `studies/<name>/` with the same parts under the same names.
                    every finding can be recomputed from a stored run and tested without a machine
   presentation.py  present(doc, findings) -> (headline lines, report sections); reads the typed
                    findings' attributes (a JSON object of them is parsed first)
+  verdicts.py      only if the study reports verdicts: study_verdicts(doc) -> [ReportedVerdict], each
+                   undecided one with the configurations that would decide it: where a time budget
+                   (`--budget`) spends repetitions first (analysis/verdicts.py, runner/schedule.py)
 
 A part may use a module of its own inside the package (write-modes' crosscheck.py, part of
 its analysis); parts shared by several studies are in studies/common.py, or are another
@@ -42,9 +45,11 @@ ANALYSES: dict[str, str] = {"reproduce": "iolab.reproduce.page"}
 
 # The shape, as tests/studies/test_study_shape.py checks it on every package above.
 PARTS = ("spec", "analysis", "presentation")                  # every study has these modules
-OPTIONAL_PARTS = ("hook",)                                    # and may have these
+OPTIONAL_PARTS = ("hook", "verdicts")                        # and may have these
 EXPORTS = ("NAME", "SUMMARY", "build", "findings", "analyze", "present")  # what __init__ re-exports
 HOOK_EXPORT = "before_group"                                  # ... plus this, exactly with hook.py
+VERDICTS_EXPORT = "study_verdicts"                            # ... and this, exactly with verdicts.py
+OPTIONAL_EXPORTS = {"hook": HOOK_EXPORT, "verdicts": VERDICTS_EXPORT}
 
 
 def available() -> dict[str, ModuleType]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from iolab.core import metrics, registry
 from iolab.core.errors import SpecError
@@ -54,18 +54,24 @@ class StudySettings(BaseModel):
                              description="stop when the 95% interval half-width / estimate is below this")
     metric: str | None = Field(None, description="the metric adaptive stopping watches")
     trial_timeout: float | None = Field(None, description="seconds; default 3x the estimate + 60 s")
+    budget: float | None = Field(None, description="seconds of wall time for the whole run: the minimum first (always "
+                                                   "whole), then repetitions where a verdict is still open "
+                                                   "(docs/statistics.md)")
+    budget_on: Literal["verdicts", "verdicts+intervals"] = Field(
+        "verdicts+intervals", description="what a budget spends on after the minimum: open verdicts only, or then "
+                                          "also intervals wider than ci_target")
     analysis: str = "generic"
     order: Literal["interleaved", "sequential"] = "interleaved"
     probes: list[str] = Field(default_factory=list, description="extra, costly probes to run (e.g. qemu_syscalls)")
 
-    @field_validator("trial_timeout", mode="before")
+    @field_validator("trial_timeout", "budget", mode="before")
     @classmethod
-    def _duration(cls, v: Any) -> Any:
+    def _duration(cls, v: Any, info: ValidationInfo) -> Any:
         if v is None:
             return None
         seconds = parse_duration(v)
         if seconds <= 0:
-            raise ValueError(f"trial_timeout must be longer than 0 s, got {v!r}")
+            raise ValueError(f"{info.field_name} must be longer than 0 s, got {v!r}")
         return seconds
 
 

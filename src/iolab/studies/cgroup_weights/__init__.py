@@ -6,11 +6,12 @@ tenant, as R4 ran (db_bench selectable).
 docs/studies/cgroup-weights.md explains every finding.
 """
 
-from iolab.studies.cgroup_weights import analysis, hook, presentation, spec
+from iolab.studies.cgroup_weights import analysis, hook, presentation, spec, verdicts
 from iolab.studies.cgroup_weights.analysis import analyze, findings
 from iolab.studies.cgroup_weights.hook import before_group
 from iolab.studies.cgroup_weights.presentation import present
 from iolab.studies.cgroup_weights.spec import NAME, SUMMARY, build
+from iolab.studies.cgroup_weights.verdicts import study_verdicts
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "findings", "before_group", "build", "hook", "present",
-           "presentation", "spec"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "before_group", "build", "findings", "hook", "present",
+           "presentation", "spec", "study_verdicts", "verdicts"]

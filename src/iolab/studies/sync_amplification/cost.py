@@ -31,7 +31,16 @@ from iolab.analysis.record import Decided, Est, Quantity, Record, finite_or_none
 from iolab.analysis.sequential import RunEstimator, aggregate_ratio
 from iolab.analysis.stats import Estimate
 from iolab.analysis.trials import Doc, Trial, relative_resolution
-from iolab.analysis.verdicts import DIFFERS, HOLDS, PROJECT_MAX, UNDECIDED, UNTESTABLE, Band, Decision
+from iolab.analysis.verdicts import (
+    DIFFERS,
+    HOLDS,
+    PROJECT_MAX,
+    UNDECIDED,
+    UNTESTABLE,
+    Band,
+    Decision,
+    config_ids_of,
+)
 from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification.spec import APPS, COST_BASELINE, COST_VARIANTS
 
@@ -192,7 +201,8 @@ def verdict_rows(doc: Doc, tcg: bool, family: int | None = None) -> list[Against
         if said == UNDECIDED:
             decide = Decision(next((k for k in range(1, max(PROJECT_MAX - e.n, 0) + 1)
                                     if band_of(cls).decide(*_ends(est.projected_ratio(thr, base, k))) != UNDECIDED),
-                                   None), (f"{app} on {variant}", f"{app} on {COST_BASELINE}"))
+                                   None), (f"{app} on {variant}", f"{app} on {COST_BASELINE}"),
+                              config_ids_of(_app_trials(doc, app, variant) + _app_trials(doc, app, COST_BASELINE)))
             why += "; " + decide.words()
         out.append(AgainstR3(app=app, r3_name=spec["r3"], r3_gain_pct=spec["r3_gain_pct"], configuration=variant,
                              claim=cls, measured=e,

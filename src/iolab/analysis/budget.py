@@ -1,0 +1,212 @@
+"""Where a repetition budget goes, and what it left open: pure decisions on verdicts and times.
+
+A run with a budget (`--budget DURATION`, or a quick study's `budget`) first runs every
+configuration to its minimum, then spends further rounds where a verdict the study reports is
+still undecided and could still be decided, then on the ordinary interval-width rule
+(runner/schedule.py drives it). Everything that decides *where* is here, as functions of
+verdicts (`ReportedVerdict`, recomputed from stored trials between rounds), repetition counts
+and measured times, so it is tested without a machine:
+
+* `next_step`: of the open verdicts that more repetitions would likely decide (`decidable`,
+  within every configuration's `max_repetitions`), the one with the most expected decisions per
+  second: 1 / (more × Σ its configurations' measured trial time + the set-up of their targets),
+  run for as many of those `more` rounds as the budget affords (none that it cannot finish);
+* `account`: for each verdict at the end, "decided within the budget", "left open by the
+  budget" (with what it would take: repetitions, configurations, time at the measured trial
+  times), or why more repetitions would not help (none would decide it; the cap).
+
+Times are wall seconds per trial of each configuration, from the stored trials (`trial_times`)
+or measured by the runner (which also counts probes and storing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+from iolab.analysis.trials import config_of
+from iolab.analysis.verdicts import DIFFERS, HOLDS, UNDECIDED, UNTESTABLE, ReportedVerdict
+from iolab.report.model import Note, Section, Table, Tag, Tone
+
+# Whose verdicts a budget spent on (runner/schedule.py Budget.source): a study's own, or a page's claims.
+STUDY_SOURCE = "the study's verdicts"
+CLAIMS_SOURCE = "the reproduction's claims"
+# The accounting's name for what the interval rule spent after the verdicts (runner/schedule.py).
+INTERVALS_STEP = "intervals wider than ci_target"
+# What the budget did with each verdict (account); the words every report uses.
+DECIDED = "decided within the budget"
+LEFT_OPEN = "left open by the budget"
+NO_MORE = "open: more repetitions are unlikely to decide it"
+AT_CAP = "open at the repetition cap"
+NOT_TESTABLE = "not testable here"
+NO_CONFIGS = "open: it names no configuration to repeat"
+OPEN = "open: the run ended before the budget was spent"
+STATUS_TONES: dict[str, Tone] = {DECIDED: "good", LEFT_OPEN: "warn", NO_MORE: "neutral", AT_CAP: "neutral",
+                                 NOT_TESTABLE: "neutral", NO_CONFIGS: "neutral", OPEN: "warn"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One spending step: `rounds` more rounds of the configurations behind `verdict`, each to
+    reach `targets[config id]` successful repetitions; `seconds` what they should cost (set-ups
+    included), `per_decision_s` the verdict's whole expected cost (what ranks it)."""
+
+    verdict: ReportedVerdict
+    rounds: int
+    targets: dict[str, int]
+    seconds: float
+    per_decision_s: float
+
+    def words(self) -> str:
+        more = self.verdict.decision.more if self.verdict.decision else None
+        return (f"{self.verdict.id}: {self.rounds} of about {more} more round(s) of {len(self.targets)} "
+                f"configuration(s), ~{fmt_seconds(self.seconds)}")
+
+
+def next_step(verdicts: Sequence[ReportedVerdict], n_ok: Mapping[str, int], room: Mapping[str, int],
+              trial_s: Callable[[str], float], setup_s: Callable[[Sequence[str]], float], left: float
+              ) -> Step | None:
+    """The spending step with the most expected decisions per second that the budget affords
+    (`left` seconds), or None. `n_ok`: successful repetitions per configuration id; `room`: how
+    many more each may still have (max_repetitions − n_ok; 0 for one abandoned or skipped; a
+    configuration not in `room` is not in this run); `trial_s`: the measured seconds of one trial;
+    `setup_s`: what setting up the targets of those configurations costs now."""
+    best: Step | None = None
+    for v in verdicts:
+        if not v.decidable or v.decision is None or v.decision.more is None:
+            continue
+        ids = list(dict.fromkeys(v.decision.config_ids))
+        more = v.decision.more
+        if any(c not in room for c in ids) or min(room[c] for c in ids) < more:
+            continue  # a configuration of another run, or the projection needs more than the cap allows
+        per_round = sum(max(trial_s(c), 0.0) for c in ids)
+        setup = max(setup_s(ids), 0.0)
+        if per_round <= 0 or math.isinf(left):
+            affordable = more
+        else:
+            affordable = int(max(left - setup, 0.0) // per_round)
+        rounds = min(more, affordable)
+        if rounds < 1:
+            continue
+        step = Step(v, rounds, {c: n_ok.get(c, 0) + rounds for c in ids}, setup + rounds * per_round,
+                    setup + more * per_round)
+        if best is None or (step.per_decision_s, step.verdict.id) < (best.per_decision_s, best.verdict.id):
+            best = step
+    return best
+
+
+def account(verdicts: Sequence[ReportedVerdict], room: Mapping[str, int], trial_s: Callable[[str], float],
+            ran_out: bool = True) -> list[dict[str, Any]]:
+    """What became of each verdict under the budget: {id, text, verdict, status, words,
+    more_repetitions, config_ids, seconds}. `seconds`: what deciding a left-open one would likely
+    take at the measured trial times (its configurations' trials × more, set-ups not counted).
+    `ran_out`: the budget (not an interruption) ended the run while such verdicts were open."""
+    out = []
+    for v in verdicts:
+        d = v.decision
+        more = d.more if d else None
+        ids = list(d.config_ids) if d else []
+        seconds = more * sum(trial_s(c) for c in ids) if more is not None and ids else None
+        if v.verdict in (HOLDS, DIFFERS):
+            status, words = DECIDED, f"{v.verdict}, decided within the budget"
+        elif v.verdict == UNTESTABLE:
+            status, words = NOT_TESTABLE, "not testable here: no repetition decides it on this machine"
+        elif d is None or more is None:
+            status, words = NO_MORE, ("undecided: more repetitions are unlikely to decide it (the estimate sits too "
+                                      "close to the band's edge for its spread)")
+        elif not ids:
+            status, words = NO_CONFIGS, f"undecided: about {more} more repetition(s) would likely decide it"
+        elif any(room.get(c, 0) < more for c in ids):
+            status, words = AT_CAP, (f"undecided: about {more} more repetition(s) would likely decide it, beyond the "
+                                     "study's max_repetitions (raise it to go on)")
+        else:
+            where = ", ".join(d.configurations) if d.configurations else f"{len(ids)} configuration(s)"
+            status = LEFT_OPEN if ran_out else OPEN
+            words = (("left open by the budget" if ran_out else "open (the run ended before its budget did)")
+                     + f": about {more} more repetition(s) of {where} would likely decide it"
+                     + (f" (~{fmt_seconds(seconds)} of trials at the measured times)" if seconds else ""))
+        out.append({"id": v.id, "text": v.text, "verdict": v.verdict if v.verdict in (HOLDS, DIFFERS, UNDECIDED,
+                                                                                       UNTESTABLE) else UNDECIDED,
+                    "status": status, "words": words, "more_repetitions": more, "config_ids": ids,
+                    "seconds": None if seconds is None else round(seconds, 1)})
+    return out
+
+
+def study_share(left: float, need: Mapping[str, float], name: str) -> float:
+    """A reproduction's budget for study `name`, the next of the studies still to run (`need`: what
+    each needs, its minimum's estimate). Enough for every minimum: what is left shared in proportion
+    to need. Too little: each study in turn gets its whole minimum while what is left affords it,
+    so the studies reached are answered instead of every one being cut inside its minimum (which
+    answers nothing); the later studies' claims are left open."""
+    left = max(left, 0.0)
+    return max(left * need[name] / max(sum(need.values()), 1e-9), min(need[name], left))
+
+
+def trial_times(doc: Mapping[str, Any]) -> dict[str, float]:
+    """Median wall seconds of one trial per configuration id, from the stored trials (started,
+    ended), every attempt counted: a failing attempt costs time too."""
+    per: dict[str, list[float]] = defaultdict(list)
+    for t in doc.get("trials") or []:
+        a, b = t.get("started"), t.get("ended")
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b >= a:
+            per[config_of(t)].append(float(b) - float(a))
+    return {c: float(median(v)) for c, v in per.items()}
+
+
+def repetitions_left(doc: Mapping[str, Any], max_repetitions: int) -> tuple[dict[str, int], dict[str, int]]:
+    """(successful repetitions, room left under max_repetitions) per configuration id of a stored run."""
+    ok: dict[str, int] = defaultdict(int)
+    for t in doc.get("trials") or []:
+        ok[config_of(t)] += t.get("status") == "ok"
+    return dict(ok), {c: max(max_repetitions - n, 0) for c, n in ok.items()}
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "–"
+    if s >= 5400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def summary_words(budget: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """One sentence: the budget, what was spent, how many verdicts it decided and left open."""
+    decided = sum(r["status"] == DECIDED for r in rows)
+    left = [r for r in rows if r["status"] == LEFT_OPEN]
+    spent = f"spent {fmt_seconds(budget.get('spent_s'))} of {fmt_seconds(budget.get('seconds'))}"
+    how = "; the budget ran out" if budget.get("exhausted") else ""
+    text = f"budget: {spent}{how}"
+    if rows:
+        text += f"; {decided} verdict(s) decided within the budget, {len(left)} left open by it"
+        if left:
+            text += " (" + ", ".join(str(r["id"]) for r in left) + ")"
+    return text
+
+
+def section(budget: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Section:
+    """The report's 'Budget' section: what the budget spent, and each verdict decided or left open."""
+    blocks: list[Note | Table] = [Note(summary_words(budget, rows), "warn" if budget.get("exhausted") else "info")]
+    if budget.get("minimum_short"):
+        blocks.append(Note(str(budget["minimum_short"]), "warn"))
+    if rows:
+        tag = lambda r: Tag(r["status"], STATUS_TONES.get(r["status"], "neutral"))  # noqa: E731
+        blocks.append(Table("Verdicts under the budget",
+                            ["verdict of", "verdict", "under the budget", "what it would take"],
+                            [[r["text"] or r["id"], r["verdict"], tag(r), r["words"]] for r in rows]))
+    steps = budget.get("steps") or []
+    if steps:
+        blocks.append(Table("Where the budget went after the minimum", ["spent on", "trials", "seconds"],
+                            [[s.get("on"), s.get("trials"), round(float(s.get("seconds") or 0.0))] for s in steps]))
+    after = ("then further rounds went first to the configurations behind verdicts still undecided that more "
+             "repetitions would likely decide (the cheapest decision per second first), then to intervals still wider "
+             "than the study's target" if rows else
+             "then further rounds went to the configurations whose interval was still wider than the study's target "
+             "(this run reports no verdicts to spend on)")
+    return Section("Budget", blocks, intro=(
+        f"This run had a time budget: every configuration first got its minimum repetitions, {after}; no round was "
+        "started that the measured trial times said could not finish within the budget (docs/statistics.md, "
+        "'Spending a time budget')."))
