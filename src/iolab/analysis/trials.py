@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from iolab.analysis.record import Record
 from iolab.core import metrics, registry
 from iolab.core.metrics import MetricSet, TrialDeclarations, numeric_keys
+from iolab.core.model import config_id_of_trial
 from iolab.probes import registry as probe_registry
 from iolab.studies.spec import StudySettings
 
@@ -34,7 +35,7 @@ def label_text(trial: Trial, fallback: str = "") -> str:
 
 def config_of(trial: Trial) -> str:
     """The configuration id: a trial id is '<config id>-r<repetition>'."""
-    return str(trial["id"]).rsplit("-r", 1)[0]
+    return config_id_of_trial(trial["id"])
 
 
 def by_config(doc: Doc) -> dict[str, list[Trial]]:
