@@ -476,37 +476,62 @@ def migrate(db: str | None) -> None:
 @click.argument("study")
 @click.option("--host", default=None, help="only runs made on this host (its hostname)")
 @click.option("--config", "config_id", default=None, metavar="ID", help="only this configuration (its id)")
-@click.option("--metric", default=None, help="the metric to follow (default: iops when measured)")
+@click.option("--metric", "metric_names", multiple=True, metavar="NAME",
+              help="follow this metric (repeatable; default: every metric with a declared direction)")
 @click.option("-n", "limit", default=1000, show_default=True, type=click.IntRange(min=1),
               help="look at the newest N runs of the store")
+@click.option("--power", is_flag=True,
+              help="also say, from each shown series' own noise, how many runs after a 2/5/10 % step it would "
+                   "take to suspect and to confirm it (simulated; a few seconds per series)")
+@click.option("--all", "show_all", is_flag=True, help="print the runs of every series, not only those with a change")
 @click.option("--json", "as_json", is_flag=True, help="the series and their change points as JSON")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="also write the history as an HTML page with a chart per configuration")
+              help="also write the history as an HTML page with a chart per series with a change")
 @db_option
-def history(study: str, host: str | None, config_id: str | None, metric: str | None, limit: int, as_json: bool,
-            html_path: Path | None, db: str | None) -> None:
-    """STUDY's metric over its runs, per configuration (median per run), with the steps found
-    in it (circular binary segmentation, permutation test at 1 %: docs/store.md#history)
-    and what changed in the machine at each (kernel, fio, QEMU, iolab versions)."""
+def history(study: str, host: str | None, config_id: str | None, metric_names: tuple[str, ...], limit: int,
+            power: bool, show_all: bool, as_json: bool, html_path: Path | None, db: str | None) -> None:
+    """STUDY over its runs: every configuration x metric (median per run; a count: its mean), judged together
+    (Holm over all of them at 5 %), with confirmed changes (>= 3 runs on each side), a change
+    suspected in the newest 1-2 runs, each with its size and 95 % interval and what changed in the
+    machine at it (kernel, fio, QEMU, iolab). docs/store.md#history."""
     from iolab.analysis.history import RunData, build
     from iolab.report.history import history_html, history_json, history_text
 
+    if html_path is not None:
+        check_writable(html_path, "--html")
     store = _resolve_store(db)
     try:
-        data = [RunData(r.id, r.created, r.environment, store.trials(r.id)) for r in store.runs(limit)
+        data = [RunData(r.id, r.created, r.environment, store.trials(r.id), r.options) for r in store.runs(limit)
                 if r.study == study]
     finally:
         store.close()
-    series = build(data, metric, config_id, host)
-    if not series:
+    hist = build(data, metric_names, config_id, host)
+    if not hist.series:
+        shown = ", ".join(metric_names)
         raise InputError(f"no successful trials of study {study!r}{f' on host {host!r}' if host else ''}"
                          f"{f' for configuration {config_id!r}' if config_id else ''}"
-                         f"{f' with metric {metric!r}' if metric else ''} in {store.location}")
+                         f"{f' with metric {shown!r}' if metric_names else ''} in {store.location}")
+    powers = _history_power(hist) if power else None
     if html_path is not None:
-        check_writable(html_path, "--html")
-        _write_report(html_path, history_html(study, series))
+        _write_report(html_path, history_html(study, hist))
         err.print(f"history page: {html_path}")
-    click.echo(history_json(series) if as_json else history_text(series))
+    click.echo(history_json(hist, powers) if as_json else history_text(hist, powers, show_all))
+
+
+def _history_power(hist: Any) -> dict[str, Any]:
+    """--power: per series (at most HISTORY_POWER_SERIES of them), from its own noise."""
+    from iolab.analysis.detection_power import power
+
+    out: dict[str, Any] = {}
+    shown = [s for s in hist.series if s.noise_cv][:HISTORY_POWER_SERIES]
+    for i, s in enumerate(shown):
+        err.print(f"power {i + 1}/{len(shown)}: {s.config_id} {s.metric} (noise {s.noise_cv:.2%}, "
+                  f"{len(s.points)} runs)")
+        out[f"{s.config_id} {s.metric}"] = power(len(s.points), s.noise_cv, hist.rho, hist.family, tails=hist.tails)
+    return out
+
+
+HISTORY_POWER_SERIES = 12
 
 
 @cli.command()
@@ -534,7 +559,9 @@ def report(run_ref: str, fmt: str, output: Path | None, compare_ref: str | None,
         output = paths.reports_dir() / rec.id / "report.html"
     doc, summary, sections = analysed(store, rec, output.parent if output else None)
     if compare_ref:
-        result = compare_runs(results_document(store, _resolve(store, compare_ref)), doc, threshold=threshold)
+        rec_a = _resolve(store, compare_ref)
+        result = compare_runs(results_document(store, rec_a), doc, threshold=threshold,
+                              history=_compare_history(store, rec_a, rec))
         doc["comparison"] = result
         summary = [*summary, comparison.headline(result)]
         sections = [comparison.section(result), *sections]
@@ -557,16 +584,20 @@ def report(run_ref: str, fmt: str, output: Path | None, compare_ref: str | None,
 def compare(run_a: str, run_b: str, threshold: float, metric_names: tuple[str, ...], as_json: bool,
             db: str | None) -> None:
     """What changed from RUN_A to RUN_B: per shared configuration and metric, B/A with its 95% CI,
-    a p-value (Welch on log values) and a verdict that needs significance after Holm's
-    correction over all rows AND a change beyond --threshold. Differences between the runs'
-    machines, versions or schedulers are named first."""
+    a p-value and a verdict that needs significance after Holm's correction over all rows AND a
+    change beyond --threshold. Two levels of noise: the repetitions, and how far whole runs of a
+    configuration move, read from earlier runs in the store (A's level is A and the runs like A
+    before it); with none stored, a documented floor, and the verdict says it compares two runs
+    only (gate with `iolab ab`). Every recorded difference between the runs is listed."""
     from iolab.analysis.compare import compare_runs
     from iolab.report import comparison
     from iolab.report.document import results_document
 
     store = _resolve_store(db)
-    a, b = (results_document(store, _resolve(store, r)) for r in (run_a, run_b))
-    result = compare_runs(a, b, threshold=threshold, metric_names=metric_names)
+    rec_a, rec_b = (_resolve(store, r) for r in (run_a, run_b))
+    a, b = results_document(store, rec_a), results_document(store, rec_b)
+    result = compare_runs(a, b, threshold=threshold, metric_names=metric_names,
+                          history=_compare_history(store, rec_a, rec_b))
     measured = {r["metric"] for r in result["rows"]} | set(result["skipped_metrics"])
     missing = [m for m in metric_names if m not in measured]
     if missing:
@@ -575,15 +606,110 @@ def compare(run_a: str, run_b: str, threshold: float, metric_names: tuple[str, .
     if as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
         return
-    for w in result["warnings"]:
-        err.print(f"[yellow]warning:[/yellow] not like-for-like: {escape(w)}")
     click.echo(comparison.text_table(comparison.HEADERS, comparison.table_rows(result)))
     for side, key in (("A", "only_a"), ("B", "only_b")):
         for label in result[key]:
             click.echo(f"only in {side}: {label}")
     if result["skipped_metrics"]:
         click.echo("not compared (no better direction declared): " + ", ".join(result["skipped_metrics"]))
+    click.echo("noise: " + result["noise"]["message"])
+    click.echo(comparison.differences_text(result))
     click.echo(comparison.headline(result))
+
+
+def _compare_history(store: Store, a: Any, b: Any) -> list[dict[str, Any]]:
+    """Stored runs that tell how far runs of A's study move on A's host: the same study and host,
+    created before B, not B, not an `iolab ab` block; the newest COMPARE_HISTORY of them."""
+    from iolab.report.document import results_document
+
+    host = (a.environment or {}).get("hostname")
+    candidates = [r for r in store.runs(COMPARE_LOOKBACK) if r.study == a.study and r.id != b.id
+                  and r.created < b.created and (r.environment or {}).get("hostname") == host
+                  and not (r.options or {}).get("ab")]
+    return [results_document(store, r) for r in candidates[:COMPARE_HISTORY]]
+
+
+COMPARE_LOOKBACK = 2000  # newest runs of the store scanned for earlier runs of A's study
+COMPARE_HISTORY = 40  # of those, the newest runs of A's study on A's host that are read
+
+
+@cli.command("ab")
+@click.argument("spec_a", metavar="SPEC_A", type=click.Path(path_type=Path))
+@click.argument("spec_b", metavar="[SPEC_B]", required=False, type=click.Path(path_type=Path))
+@click.option("--set-a", "set_a", multiple=True, metavar="KEY=VALUE",
+              help="override a key of A's spec (dotted: workload.iodepth=32, target.kernel=/boot/vmlinuz-x); "
+                   "repeatable")
+@click.option("--set-b", "set_b", multiple=True, metavar="KEY=VALUE", help="override a key of B's spec; repeatable")
+@click.option("--load-a", metavar="CMD", help="a command run beside each of A's blocks (e.g. 'stress-ng --cpu 1')")
+@click.option("--load-b", metavar="CMD", help="a command run beside each of B's blocks")
+@click.option("--env-a", "env_a", multiple=True, metavar="NAME=VALUE",
+              help="iolab's environment during A's runs (e.g. PATH=/opt/qemu-a/bin:/usr/bin:/bin); repeatable")
+@click.option("--env-b", "env_b", multiple=True, metavar="NAME=VALUE", help="the same for B's runs")
+@click.option("--blocks", "min_blocks", type=click.IntRange(2, 1000), default=8, show_default=True,
+              help="blocks before the first look (each block: one fresh run of A and one of B, in random order)")
+@click.option("--max-blocks", type=click.IntRange(2, 1000), default=20, show_default=True, help="the budget")
+@click.option("--look-every", "step", type=click.IntRange(1, 1000), default=4, show_default=True,
+              help="blocks between looks after the first")
+@click.option("--repetitions", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="successful trials per configuration in each variant's run of a block")
+@click.option("--min-effect", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="a smaller change is no regression (0.05 = 5 %)")
+@click.option("--metric", "metric_names", multiple=True, metavar="NAME",
+              help="judge only this metric (repeatable; default: every metric with a declared direction)")
+@click.option("--seed", type=int, default=None, help="seed of the blocks' order (default: random, recorded)")
+@click.option("--json", "as_json", is_flag=True, help="the verdict as one JSON object")
+@click.option("--dry-run", is_flag=True, help="check both variants, print the design and stop; creates nothing")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="where to write the HTML report")
+@db_option
+def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b: tuple[str, ...],
+               load_a: str | None, load_b: str | None, env_a: tuple[str, ...], env_b: tuple[str, ...],
+               min_blocks: int, max_blocks: int, step: int,
+               repetitions: int, min_effect: float, metric_names: tuple[str, ...], seed: int | None,
+               as_json: bool, dry_run: bool, output: Path | None, db: str | None) -> None:
+    """Gate a change: A and B (two specs, one spec and --set-b overrides, --env-b for another build
+    of a tool on PATH, or a load beside B)
+    run interleaved in randomised blocks, each block a fresh run of each, until every
+    configuration x metric is decided (beyond or within --min-effect, sign flips across blocks,
+    Holm over all rows) or --max-blocks. Exit status: 0 no regression, 1 regression, 2 input
+    error, 3 nothing measured."""
+    import random
+
+    from iolab.analysis.ab import Design
+    from iolab.report import ab as ab_report
+    from iolab.report.document import write_html
+    from iolab.runner.ab import ABStudy, NoVerdict, variants
+
+    try:
+        design = Design(min_blocks, max_blocks, step, min_effect)
+    except ValueError as exc:
+        raise InputError(f"--blocks/--max-blocks: {exc}") from None
+    va, vb = variants(spec_a, spec_b, set_a, set_b, load_a, load_b, env_a, env_b)
+    stores.check_target(*_db_ref(db))
+    if output is not None:
+        check_writable(output, "-o")
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    if dry_run:
+        for line in ABStudy.plan_lines(va, vb, design, repetitions, seed):
+            click.echo(line)
+        return
+    store = _store(db)
+    study = ABStudy(store, err, va, vb, design, repetitions, seed, metric_names,
+                    on_block=lambda j, rows: err.print(ab_report.headline(rows, design, j)))
+    run_id = study.start()
+    err.print(f"A/B study [bold]{run_id}[/bold] (seed {seed}), results in {store.location}")
+    try:
+        rows = study.run()
+    finally:
+        path, _, _ = write_html(store, store.resolve(run_id), output)
+        (err if as_json else out).print(f"report: {path}")  # stdout is the JSON alone
+    blocks = len(study.blocks)
+    if as_json:
+        click.echo(json.dumps(ab_report.as_json(rows, design, blocks, run_id), indent=2))
+    else:
+        click.echo(ab_report.text(rows, design, blocks))
+    if not rows or all(r.verdict == "invalid" for r in rows):
+        raise NoVerdict(f"A/B study {run_id}: nothing was measured on both sides (see `iolab report {run_id}`)")
+    raise SystemExit(1 if any(r.verdict == "regression" for r in rows) else 0)
 
 
 # -- machine ------------------------------------------------------------------------------

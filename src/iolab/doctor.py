@@ -29,10 +29,11 @@ from iolab.core import paths, registry, sizing
 from iolab.core.errors import IolabError
 from iolab.core.sizing import Llc, Memory, mib
 from iolab.fleet import serve as fleet_serve
-from iolab.runner.manifest import cgroup_mode, environment
+from iolab.runner.manifest import cgroup_mode, environment, sched_autogroup
 from iolab.store import registry as stores
 from iolab.store import schema
 from iolab.store.spool import Spool
+from iolab.vm import saved_states
 from iolab.vm.accel import detect_accel
 
 State = Literal["ok", "warn", "missing", "fail"]
@@ -181,6 +182,25 @@ def governor_check(governors: dict[str, str], driver: str | None) -> Check:
                                          "(cpupower frequency-set -g performance)")
 
 
+def autogroup_check(enabled: int | None) -> Check:
+    """How the scheduler will share CPU between iolab's workloads and everything else: with
+    autogroups on, per session first. iolab starts each host workload in a session of its own
+    ([study] workload_session = "own", the default), so it gets its own group."""
+    if enabled is None:
+        return Check("autogroup", "ok", "no autogroups in this kernel: CPU is shared thread by thread, whatever the "
+                                        "session; workload_session changes nothing here")
+    if enabled == 0:
+        return Check("autogroup", "ok", "kernel.sched_autogroup_enabled = 0: CPU is shared thread by thread; a "
+                                        "workload competes with every busy thread on the machine")
+    return Check("autogroup", "ok", "kernel.sched_autogroup_enabled = 1: the scheduler shares CPU between sessions "
+                                    "first. iolab starts each host workload in a session of its own (workload_session "
+                                    "= \"own\", recorded in every run's manifest), so under contention a CPU-bound "
+                                    "workload gets one session's share, however many threads other sessions run: it "
+                                    "measures more than the same command run inside a busy session would. "
+                                    "workload_session = \"shared\" keeps workloads in iolab's session; compare names "
+                                    "a difference in either setting")
+
+
 def boost_check(boost: str | None, no_turbo: str | None) -> Check:
     """Turbo/boost on: the clock depends on temperature and on what the other cores do."""
     if no_turbo is not None:
@@ -254,6 +274,28 @@ def space_check(directory: str, free: int) -> Check:
         return Check("scratch", "warn", f"{facts}: the --quick studies fit, full vm-profile (5 GiB disks) may not; "
                                         "set IOLAB_SCRATCH to a larger filesystem")
     return Check("scratch", "ok", facts)
+
+
+def restore_check(facts: dict[str, Any], now: float) -> Check:
+    """Guests restored from saved states (vm/restore.py): what the cache holds against its bound,
+    and whether the last restore worked (a failure means guests boot, slower; the reason says why)."""
+    if facts.get("bound_problem"):
+        return Check("restore", "fail", facts["bound_problem"])
+    held = (f"{facts['count']} saved guest state(s), {facts['bytes'] / 1e6:.0f} MB of "
+            f"{facts['bound'] / 1e6:.0f} MB ({saved_states.MAX_ENV}) in {facts['directory']}")
+    last = facts.get("last")
+    if last and not last.get("ok"):
+        ago = (now - float(last.get("at", now))) / 60
+        return Check("restore", "warn", f"{held}; the last restore failed {ago:.0f} min ago, so that guest "
+                                        f"booted: {last.get('error')}")
+    free = facts.get("free")
+    if free is not None and free < GiB:
+        return Check("restore", "warn", f"{held}; only {free / GiB:.1f} GiB free there: a new guest shape may not "
+                                        "be saved (its guests then boot); set IOLAB_CACHE to a larger filesystem")
+    if last:
+        return Check("restore", "ok", f"{held}; the last restore worked: guests start from saved states")
+    return Check("restore", "ok", f"{held}; none restored yet: the first guest of each shape saves one, "
+                                  "later ones restore it (virtio-blk, virtio-scsi, nvme; ide and ahci boot)")
 
 
 def llc_check(llc: Llc, host: Memory | None) -> Check:
@@ -413,6 +455,7 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         tool_check("qemu", shutil.which("qemu-system-x86_64"), "the VM studies", env["qemu_version"],
                    "qemu-system-x86 and qemu-utils"),
         accel_check(*_accel(), _kvm_log()),
+        restore_check(saved_states.status(), time.time()),
         cgroup_check(*_cgroups()),
         trial_cgroup_check(trial_cgroups.describe(), trial_cgroups.FLAVOUR_ENV),
         scheduler_check(_schedulers(), Path("/sys/module/bfq").exists()),
@@ -420,6 +463,7 @@ def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:
         compiler_check(shutil.which("cc"), shutil.which("gcc")),
         governor_check(governors, driver),
         boost_check(boost, no_turbo),
+        autogroup_check(sched_autogroup()),
         cpu_load_check(cpu_use()),
         swap_check(host),
         memory_check(host),

@@ -139,9 +139,9 @@ def test_real_doctor_agrees_with_the_machine() -> None:
     checks = {c["name"]: c for c in out["checks"]}
     assert all(c["state"] in ("ok", "warn", "missing", "fail") and c["detail"] for c in checks.values())
     assert rc == (1 if any(c["state"] == "fail" for c in checks.values()) else 0)
-    expected = {"root", "fio", "qemu", "accel", "cgroups", "schedulers", "compiler", "cpu-governor",
+    expected = {"root", "fio", "qemu", "accel", "cgroups", "schedulers", "compiler", "cpu-governor", "autogroup",
                 "cpu-boost", "cpu-load", "swap", "memory", "scratch", "llc", "trial-cgroups", "fio-server", "store",
-                *d.TOOLS, *(c.name for c in d.target_checks())}  # each target kind's own lines ("loop", ...)
+                "restore", *d.TOOLS, *(c.name for c in d.target_checks())}  # each target kind's own lines ("loop", ...)
     assert "loop" in expected
     assert set(checks) == expected
     from iolab.cgroups import trial as trial_cgroups

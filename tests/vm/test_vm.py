@@ -183,7 +183,10 @@ def test_every_bus_boots_and_does_io(state, axes: dict) -> None:
         if axes.get("prefill"):
             dump = pl.executor.run(ExecRequest(["sh", "-c", f"head -c 4 {pl.path} | od -An -tx1"], timeout_s=30))
             assert dump.stdout.split() == ["5a"] * 4
-        cmd = " ".join(pl.manifest["qemu_cmdline"])
+        # the disk as QEMU got it: on the command line of a booted guest, over QMP for a restored one
+        attached = pl.manifest["boot"].get("disk_attached", [])
+        assert (pl.manifest["boot"]["mode"] == "restored") == bool(attached) == (axes["bus"] not in ("ide", "ahci"))
+        cmd = " ".join(pl.manifest["qemu_cmdline"]) + json.dumps(attached, separators=(",", ":"))
         assert f'"aio":"{axes.get("aio", "threads")}"' in cmd
         assert ("iothread0" in cmd) == bool(axes.get("iothread"))
     finally:

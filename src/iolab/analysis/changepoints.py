@@ -1,109 +1,480 @@
-"""Change points in a series of run values: where did a configuration's performance step?
+"""Change points in a study's history: where a configuration's performance stepped, and whether
+the newest runs have just stepped.
 
-Method (docs/store.md#history): **circular binary segmentation with a permutation test**
-(Olshen et al. 2004; the same scheme as e-divisive, Matteson & James 2014, with a
-mean-shift statistic in place of the energy distance). For a segment of n values the
-statistic is the largest two-sample t statistic of an interval [i, j) against the rest,
+A history is a family of series (every configuration x metric of a study), one value per run
+(log of the run's median for positive metrics: a step of x % is the same size at any level).
+Consecutive runs are not independent (a slow week, a neighbour that stays), so the noise is
+modelled as a stationary AR(1) process with lag-1 correlation rho, estimated from the whole
+family (`noise_model`: residuals within the segments found, corrected for the downward bias
+of a short series' autocorrelation, plus one standard error as margin), with normal or Student t
+innovations, as heavy-tailed as the family's own (`tails_for`).
 
-    T = max_{i<j} |mean(inside) - mean(outside)| / (s_pooled * sqrt(1/|inside| + 1/|outside|)),
+**Confirmed changes** (at least MIN_SIDE runs on each side): circular binary segmentation
+(Olshen et al. 2004) finds a candidate: the interval [i, j) of runs whose mean differs most
+from the rest (a single step when it reaches the end), by the contrast's t statistic with its
+variance under the AR(1) model. Each end of the candidate is then tested **on its own**, in its
+neighbourhood: end i as a single split of [lo, j), end j as a single split of [i, hi), each
+needing MIN_SIDE runs per side. p-values come from the null distribution of the largest
+statistic over every candidate of a segment that long, simulated from the AR(1) model
+(`NULL_SERIES` series; a parametric bootstrap: the selection over candidates and the
+dependence are both in it, and there is no permutation floor, so a step three runs before the
+end can be confirmed). The pieces are searched again.
 
-over every interval that leaves at least MIN_SEGMENT values inside and outside; an interval
-that reaches the end is a single step, one in the middle is a step and a step back (a
-regression that a later version fixed), which a plain binary segmentation often misses.
-Its p-value is the share of PERMUTATIONS random reorderings of the segment whose T is at
-least as large (+1 correction: p is never 0). If p <= ALPHA the interval's ends are change
-points and each piece is searched the same way. Under "no change" the values are
-exchangeable, so the first test is exact whatever the noise distribution (heavy tails,
-skew): a series of pure noise shows any change point with probability <= ALPHA (1 %). The
-permutations come from a generator seeded by the caller, so a history is reproducible.
-Pure: numbers in, change points out.
+**Suspected changes**: the newest 1 or 2 runs against the baseline window (the runs since
+the last confirmed change before them, at least MIN_BASELINE), the larger of the two
+contrasts' statistics against its own simulated null. A suspicion is confirmed once MIN_SIDE
+runs after it split the series at the confirmed level, or withdrawn when later runs return.
+
+**Family**: every series' "is there any change" and "have the newest runs moved" are one
+family, Holm-adjusted at ALPHA (family-wise error: the chance that a history of flat series
+shows any change is <= ALPHA, whatever the number of configurations and metrics). Inside a
+series found to change, later splits are tested at the level at which Holm rejected it.
+
+**Size**: every change carries after/before (the ratio of the segments' geometric means)
+with a 95 % interval from the same model (t on the segments' residual degrees of freedom).
+Pure: numbers in, change points out; seeded, so a history gives the same answer every time.
+
+Size: one method (model, nulls, segmentation, suspicion, family, sizes) whose parts share the
+AR(1) contrast variance; docs/store.md#history explains it and the power tables.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
+from scipy import special
 
-ALPHA = 0.01
-PERMUTATIONS = 999
-MIN_SEGMENT = 3
+from iolab.analysis.stats import holm
+
+ALPHA = 0.05
+MIN_SIDE = 3  # runs on each side of a confirmed change
+MIN_BASELINE = 4  # runs in the baseline window before a suspected change
+NEWEST = (1, 2, 3)  # how many newest runs the newest-run test looks at (3: a change it confirms)
+NULL_SERIES = 20_000  # simulated null series per (length, rho, kind), at least
+MAX_NULL = 200_000  # ... and at most: enough for p-values 20 x below Holm's first level in a family of 500 series
+RHO_MAX = 0.9
+MAX_CIRCULAR = 80  # longer segments are searched by single splits only (the circular search is O(n^2))
 
 
 @dataclass(frozen=True)
-class ChangePoint:
-    index: int  # the first value after the change
-    p: float  # the permutation p-value of the split in its segment
-    before: float  # mean of the segment before / after, for the message
+class NoiseModel:
+    rho: float  # the lag-1 correlation the tests use (bias-corrected estimate + margin, clipped)
+    estimate: float  # the bias-corrected estimate before the margin
+    pairs: int  # consecutive pairs of runs it was estimated from
+    tails: float = math.inf  # degrees of freedom of the Student t innovations (inf: normal)
+    far: float = 0.0  # share of the pooled innovations beyond 3 robust SDs, which chose `tails`
+
+
+@dataclass(frozen=True)
+class Change:
+    index: int  # the first run after the change
+    status: str  # "confirmed" or "suspected"
+    p: float  # the test's own p-value
+    level: float  # the (Holm) level it was held to
+    before: float  # level of the segment before / after (original scale: geometric mean when logged)
     after: float
+    ratio: float  # after / before (log series) or after - before (raw series)
+    lo: float  # 95 % interval of ratio
+    hi: float
+    runs_after: int  # runs from the change to the next change or the end
 
 
-def _intervals(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every (i, j) with MIN_SEGMENT <= j - i <= n - MIN_SEGMENT: the candidate inside-intervals."""
-    i, j = np.triu_indices(n + 1, k=MIN_SEGMENT)
-    keep = (j - i) <= n - MIN_SEGMENT
+@dataclass
+class SeriesResult:
+    changes: list[Change] = field(default_factory=list)
+    p_any: float = 1.0  # the series' top-level test ("any change")
+    p_newest: float = 1.0  # the suspicion test of the newest runs
+    logged: bool = True
+
+
+# -- the AR(1) model ----------------------------------------------------------------------------
+def correlation(n: int, rho: float) -> np.ndarray:
+    idx = np.arange(n)
+    return rho ** np.abs(idx[:, None] - idx[None, :]) if rho > 0 else np.eye(n)
+
+
+def _prefix2(r: np.ndarray) -> np.ndarray:
+    """2-D prefix sums, P[a, b] = sum of r[:a, :b], so any block sum is four lookups."""
+    p = np.zeros((r.shape[0] + 1, r.shape[1] + 1))
+    p[1:, 1:] = r.cumsum(0).cumsum(1)
+    return p
+
+
+def _block(p: np.ndarray, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> np.ndarray:
+    return p[a1, b1] - p[a0, b1] - p[a1, b0] + p[a0, b0]
+
+
+def interval_variance(n: int, rho: float, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Var(mean(inside) - mean(outside)) / sigma^2 for inside = [i, j) of n AR(1) values."""
+    p = _prefix2(correlation(n, rho))
+    z, e = np.zeros_like(i), np.full_like(i, n)
+    m = (j - i).astype(float)
+    o = n - m
+    s_in = _block(p, i, j, i, j)
+    s_all = _block(p, z, e, z, e)
+    s_cross = _block(p, i, j, z, e) - s_in  # inside x outside
+    s_out = s_all - s_in - 2 * s_cross
+    return s_in / m**2 + s_out / o**2 - 2 * s_cross / (m * o)
+
+
+def split_variance(n: int, rho: float, t: np.ndarray) -> np.ndarray:
+    """Var(mean(after) - mean(before)) / sigma^2 for a split of n values at t."""
+    return interval_variance(n, rho, t, np.full_like(t, n))
+
+
+def tail_variance(n: int, rho: float, k: int) -> float:
+    """Var(mean(newest k) - mean(the n - k before)) / sigma^2."""
+    return float(split_variance(n, rho, np.array([n - k]))[0])
+
+
+# -- statistics ---------------------------------------------------------------------------------
+def candidates(n: int, circular: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) of every inside-interval with MIN_SIDE values inside and outside; single splits
+    (j = n, or i = 0 folded onto j = n) only when not circular."""
+    if n < 2 * MIN_SIDE:
+        return np.array([], dtype=int), np.array([], dtype=int)
+    if not circular or n > MAX_CIRCULAR:
+        t = np.arange(MIN_SIDE, n - MIN_SIDE + 1)
+        return t, np.full_like(t, n)
+    i, j = np.triu_indices(n + 1, k=MIN_SIDE)
+    keep = ((j - i) <= n - MIN_SIDE) & (i < n) & ~((i == 0) & (j < n))  # [0, j) is the split at j: once
     return i[keep], j[keep]
 
 
-def _t_max(x: np.ndarray, i: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise (T, index of the best interval) for a (rows, n) array of series."""
-    n = x.shape[1]
-    zero = np.zeros((len(x), 1))
-    c1 = np.hstack([zero, np.cumsum(x, axis=1)])
-    c2 = np.hstack([zero, np.cumsum(x * x, axis=1)])
+def statistics(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """|mean(inside) - mean(outside)| / (s * sqrt(var)) for rows of x (..., n), s the pooled
+    within-group SD of inside and outside. Rows without spread give 0 (no step) or inf."""
+    n = x.shape[-1]
+    zero = np.zeros(x.shape[:-1] + (1,))
+    c1 = np.concatenate([zero, np.cumsum(x, axis=-1)], axis=-1)
+    c2 = np.concatenate([zero, np.cumsum(x * x, axis=-1)], axis=-1)
     m = (j - i).astype(float)
-    in1, in2 = c1[:, j] - c1[:, i], c2[:, j] - c2[:, i]
-    out1, out2 = c1[:, -1:] - in1, c2[:, -1:] - in2
-    mean_in, mean_out = in1 / m, out1 / (n - m)
-    ss = (in2 - m * mean_in**2) + (out2 - (n - m) * mean_out**2)  # within-group sums of squares
-    s2 = np.maximum(ss, 0.0) / (n - 2)
-    diff = np.abs(mean_in - mean_out)
-    scale = np.sqrt(s2 * (1.0 / m + 1.0 / (n - m)))
-    tiny = 1e-12 * (np.abs(mean_in) + np.abs(mean_out) + 1e-300)  # rounding, not spread
+    in1, in2 = c1[..., j] - c1[..., i], c2[..., j] - c2[..., i]
+    out1, out2 = c1[..., -1:] - in1, c2[..., -1:] - in2
+    mi, mo = in1 / m, out1 / (n - m)
+    ss = np.maximum((in2 - m * mi**2) + (out2 - (n - m) * mo**2), 0.0)
+    s = np.sqrt(ss / (n - 2))
+    diff = np.abs(mi - mo)
+    tiny = 1e-12 * (np.abs(mi) + np.abs(mo) + 1e-300)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(scale > tiny, diff / np.where(scale > tiny, scale, 1.0), np.where(diff > tiny, np.inf, 0.0))
-    best = np.argmax(t, axis=1)
-    return t[np.arange(len(t)), best], best
+        t = np.where(s > tiny, diff / (s * np.sqrt(var)), np.where(diff > tiny, np.inf, 0.0))
+    return t
 
 
-def _split(x: np.ndarray, rng: np.random.Generator, permutations: int, alpha: float) -> tuple[int, int, float] | None:
-    """(i, j, p) of the strongest interval [i, j) in x, or None when x is too short to split."""
-    n = len(x)
-    if n < 2 * MIN_SEGMENT:
+def ar1(rng: np.random.Generator, rows: int, n: int, rho: float, tails: float = math.inf) -> np.ndarray:
+    """rows stationary AR(1) series of length n with unit marginal variance; innovations normal, or
+    Student t with `tails` degrees of freedom (scaled to unit variance)."""
+    e = rng.standard_normal((rows, n)) if math.isinf(tails) else \
+        np.asarray(rng.standard_t(tails, (rows, n)) / math.sqrt(tails / (tails - 2)), dtype=float)
+    if rho <= 0:
+        return e
+    x = np.empty_like(e)
+    x[:, 0] = e[:, 0]
+    c = math.sqrt(1 - rho * rho)
+    for t in range(1, n):
+        x[:, t] = rho * x[:, t - 1] + c * e[:, t]
+    return x
+
+
+@lru_cache(maxsize=512)
+def segment_null(n: int, rho: float, circular: bool, size: int = NULL_SERIES, tails: float = math.inf) -> np.ndarray:
+    """Sorted maxima of the candidate statistics of `size` simulated flat series of length n."""
+    i, j = candidates(n, circular)
+    var = interval_variance(n, rho, i, j)
+    rng = np.random.default_rng([n, int(rho * 1000), circular, 0 if math.isinf(tails) else int(tails)])
+    out = []
+    chunk = max(100, min(size, 1_000_000 // max(len(i), 1)))
+    for start in range(0, size, chunk):
+        x = ar1(rng, min(chunk, size - start), n, rho, tails)
+        out.append(statistics(x, i, j, var).max(axis=-1))
+    return np.sort(np.concatenate(out))
+
+
+@lru_cache(maxsize=512)
+def newest_null(n: int, rho: float, size: int = NULL_SERIES, tails: float = math.inf) -> np.ndarray:
+    """Sorted maxima over k in NEWEST of the newest-k statistics, `size` flat series of length n."""
+    rng = np.random.default_rng([n, int(rho * 1000), 7, 0 if math.isinf(tails) else int(tails)])
+    out = []
+    for start in range(0, size, 50_000):
+        x = ar1(rng, min(50_000, size - start), n, rho, tails)
+        out.append(_newest_stats(x, rho).max(axis=-1))
+    return np.sort(np.concatenate(out))
+
+
+def null_size(hypotheses: int, alpha: float = ALPHA) -> int:
+    """Simulated null series enough to resolve p-values 20 times below Holm's first level."""
+    return int(min(MAX_NULL, max(NULL_SERIES, 20 * hypotheses / alpha)))
+
+
+def _newest_stats(x: np.ndarray, rho: float) -> np.ndarray:
+    """(..., len(NEWEST)) the newest-k contrasts' t statistics, s from the baseline alone."""
+    n = x.shape[-1]
+    out = []
+    for k in NEWEST:
+        base, new = x[..., : n - k], x[..., n - k:]
+        s = base.std(axis=-1, ddof=1)
+        diff = np.abs(new.mean(axis=-1) - base.mean(axis=-1))
+        v = tail_variance(n, rho, k)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out.append(np.where(s > 0, diff / (s * math.sqrt(v)), np.where(diff > 0, np.inf, 0.0)))
+    return np.stack(out, axis=-1)
+
+
+def p_of(null: np.ndarray, stat: float) -> float:
+    """Share of the null at least as large (+1 correction: never 0)."""
+    above = len(null) - int(np.searchsorted(null, stat * (1 - 1e-9), side="left"))
+    return (1 + above) / (len(null) + 1)
+
+
+# -- the noise model ----------------------------------------------------------------------------
+def noise_model(segments: Sequence[np.ndarray]) -> NoiseModel:
+    """Lag-1 correlation from the residuals of every segment (each around its own mean), pooled,
+    bias-corrected for short segments (E[r] ~ rho - (1 + 4 rho) / L; Kendall 1954, Marriott &
+    Pope 1954) and raised by one standard error, so that dependence is not under-stated; and the
+    innovations' tails (tails_for)."""
+    num = den = 0.0
+    pairs, lengths = 0, []
+    resid = []
+    for seg in segments:
+        if len(seg) < 3:
+            continue
+        r = seg - seg.mean()
+        num += float((r[1:] * r[:-1]).sum())
+        den += float((r * r).sum())
+        pairs += len(seg) - 1
+        lengths.append(len(seg))
+        resid.append(r)
+    if pairs == 0 or den <= 0:
+        return NoiseModel(0.0, 0.0, 0)
+    raw = num / den
+    length = float(np.mean(lengths))
+    est = (raw * length + 1) / (length - 4) if length > 5 else raw + 0.3
+    margin = math.sqrt(max(1 - est * est, 0.05) / pairs)
+    rho = float(np.clip(math.ceil((est + margin) * 20) / 20, 0.0, RHO_MAX))  # up to a 0.05 grid: fewer nulls
+    innov = np.concatenate([r[1:] - raw * r[:-1] for r in resid])
+    tails, far = tails_for(innov)
+    return NoiseModel(rho, est, pairs, tails, far)
+
+
+TAILS = (30.0, 12.0, 8.0, 6.0, 5.0, 4.0, 3.0)  # Student t innovations the nulls may be simulated with
+FAR = 3.0  # "far off": beyond 3 normal SDs, measured in median absolute deviations (robust to the tails)
+
+
+def _far_share(df: float) -> float:
+    """P(an innovation lands beyond FAR SDs as its MAD measures them) for t with df (inf: normal)."""
+    if math.isinf(df):
+        return float(2 * special.ndtr(-FAR))
+    mad = float(special.stdtrit(df, 0.75))
+    return float(2 * special.stdtr(df, -FAR * mad / 0.6744897501960817))
+
+
+def tails_for(innov: np.ndarray) -> tuple[float, float]:
+    """(degrees of freedom of the t innovations, the share of innovations far off). The share of
+    innovations beyond FAR SDs, the SD measured robustly (1.4826 MAD), taken at its lower 90 %
+    confidence bound, chooses the lightest tail in normal, TAILS that lands that far at least as
+    often (twice the heavier side's share: a skewed tail counts as if both sides were as heavy):
+    runs that now and then land far off (a cache that missed, a neighbour's burst) must not read
+    as changes under a normal model, and normal noise should stay normal."""
+    x = np.asarray(innov, dtype=float)
+    mad = float(np.median(np.abs(x - np.median(x))))
+    if len(x) < 10 or mad <= 0:
+        return math.inf, 0.0
+    z = (x - np.median(x)) / (1.4826 * mad)
+    far = 2 * max(float(np.mean(z > FAR)), float(np.mean(z < -FAR)))  # skew: the heavier side, both ways
+    n, z = len(x), 1.2816  # one-sided 90 %
+    lower = (far + z * z / (2 * n) - z * math.sqrt(far * (1 - far) / n + z * z / (4 * n * n))) / (1 + z * z / n)
+    for df in (math.inf, *TAILS):
+        if _far_share(df) >= lower:
+            return df, far
+    return TAILS[-1], far
+
+
+# -- one series ---------------------------------------------------------------------------------
+def _best(x: np.ndarray, lo: int, hi: int, rho: float) -> tuple[int, int, float] | None:
+    """(i, j, statistic) of the strongest candidate in x[lo:hi] (absolute indices), or None."""
+    seg = x[lo:hi]
+    n = len(seg)
+    i, j = candidates(n, circular=True)
+    if len(i) == 0:
         return None
-    i, j = _intervals(n)
-    t_obs, best = _t_max(x[None, :], i, j)
-    at_least = t_obs[0] * (1 - 1e-9) if np.isfinite(t_obs[0]) else t_obs[0]  # ties count, inf included
-    hits = 0
-    chunk = max(1, min(100, 2_000_000 // len(i)))  # bounded memory for long series
-    for start in range(0, permutations, chunk):
-        rows = min(chunk, permutations - start)
-        perms = rng.permuted(np.broadcast_to(x, (rows, n)), axis=1)
-        hits += int(np.sum(_t_max(perms, i, j)[0] >= at_least))
-        if (1 + hits) / (permutations + 1) > alpha:
-            break  # already not significant: the rest cannot change the decision (p is then a lower bound)
-    return int(i[best[0]]), int(j[best[0]]), (1 + hits) / (permutations + 1)
+    t = statistics(seg[None, :], i, j, interval_variance(n, rho, i, j))[0]
+    b = int(np.argmax(t))
+    return lo + int(i[b]), lo + int(j[b]), float(t[b])
 
 
-def change_points(values: list[float] | np.ndarray, *, alpha: float = ALPHA, permutations: int = PERMUTATIONS,
-                  seed: int = 0) -> list[ChangePoint]:
-    """The change points of `values` (in order), found by binary segmentation; [] for a series
-    too short (under 2 * MIN_SEGMENT values) or without a step significant at `alpha`."""
+def _split_p(x: np.ndarray, lo: int, cut: int, hi: int, rho: float, nulls: int = NULL_SERIES,
+             tails: float = math.inf) -> float:
+    """p of the single split of x[lo:hi] at cut, against the largest split statistic of a flat
+    segment that long; 1 when a side is shorter than MIN_SIDE."""
+    if cut - lo < MIN_SIDE or hi - cut < MIN_SIDE:
+        return 1.0
+    n = hi - lo
+    t = np.array([cut - lo])
+    stat = float(statistics(x[None, lo:hi], t, np.full_like(t, n), split_variance(n, rho, t))[0, 0])
+    return p_of(segment_null(n, rho, False, nulls, tails), stat)
+
+
+def segment(x: np.ndarray, rho: float, level: float, nulls: int = NULL_SERIES,
+            tails: float = math.inf) -> tuple[list[tuple[int, float]], float]:
+    """Binary segmentation of x at `level`: ([(index, p)] of the confirmed change points, the p of
+    the top-level test of the whole series)."""
+    found: list[tuple[int, float]] = []
+    p_top = 1.0
+    todo = [(0, len(x))]
+    first = True
+    while todo:
+        lo, hi = todo.pop()
+        best = _best(x, lo, hi, rho)
+        if best is None:
+            first = False
+            continue
+        i, j, stat = best
+        p_seg = p_of(segment_null(hi - lo, rho, True, nulls, tails), stat)
+        if first:
+            p_top, first = p_seg, False
+        if p_seg > level:
+            continue
+        ends = [(c, _split_p(x, lo, c, j, rho, nulls, tails) if c == i
+                 else _split_p(x, i if i > lo else lo, c, hi, rho, nulls, tails))
+                for c in (i, j) if lo < c < hi]
+        kept = [(c, p) for c, p in ends if p <= level]
+        found += kept
+        edges = [lo, *sorted(c for c, _ in kept), hi]
+        if len(edges) > 2:
+            todo += list(zip(edges, edges[1:], strict=False))
+    return sorted(found), p_top
+
+
+def newest_p(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, tails: float = math.inf) -> float:
+    """p of "the newest runs moved", against the baseline x[start:-k]; 1 without MIN_BASELINE runs."""
+    n = len(x) - start
+    if n - max(NEWEST) < MIN_BASELINE:
+        return 1.0
+    stat = float(_newest_stats(x[None, start:], rho).max())
+    return p_of(newest_null(n, rho, nulls, tails), stat)
+
+
+def sizes(x: np.ndarray, cuts: list[int], rho: float, logged: bool) -> list[tuple[float, float, float, float, float]]:
+    """Per cut: (before, after, ratio, lo, hi) of the segments on either side, 95 % interval by t on
+    the residual degrees of freedom of all segments, variance from the AR(1) model."""
+    edges = [0, *cuts, len(x)]
+    pieces = list(zip(edges, edges[1:], strict=False))
+    ss = sum(float(((x[a:b] - x[a:b].mean()) ** 2).sum()) for a, b in pieces)
+    # E[sum of squares around a segment's own mean] = sigma^2 (L - S(L)/L) under AR(1), S(L) the sum
+    # of the segment's correlation matrix: dependence makes a short segment look calmer than it is
+    expected = sum((b - a) - float(correlation(b - a, rho).sum()) / (b - a) for a, b in pieces)
+    df = max(len(x) - len(pieces), 1)
+    s = math.sqrt(ss / expected) if expected > 0 else 0.0
+    q = float(special.stdtrit(df, 0.975))
+    out = []
+    for k, c in enumerate(cuts):
+        a, b = edges[k], edges[k + 2]
+        seg = x[a:b]
+        d = float(x[c:b].mean() - x[a:c].mean())
+        h = q * s * math.sqrt(float(split_variance(len(seg), rho, np.array([c - a]))[0]))
+        mb, ma = float(x[a:c].mean()), float(x[c:b].mean())
+        if logged:
+            out.append((math.exp(mb), math.exp(ma), math.exp(d), math.exp(d - h), math.exp(d + h)))
+        else:
+            out.append((mb, ma, d, d - h, d + h))
+    return out
+
+
+# -- the family ---------------------------------------------------------------------------------
+def analyse(family: Mapping[Hashable, Sequence[float]], alpha: float = ALPHA, rho: float | None = None,
+            tails: float = math.inf) -> tuple[dict[Hashable, SeriesResult], NoiseModel]:
+    """Every series of a study at once: the noise model from all of them, Holm over the family
+    of their top-level and newest-run tests, the changes of each. `rho` (and `tails`): use this
+    noise model instead of estimating it (power simulations)."""
+    data = {k: _transform(v) for k, v in family.items()}
+    model = NoiseModel(rho, rho, 0, tails) if rho is not None else _model(data)
+    r, tl = model.rho, model.tails
+    nulls = null_size(2 * len(data), alpha)
+    tops: dict[Hashable, float] = {}
+    newest: dict[Hashable, float] = {}
+    for k, (x, _) in data.items():
+        _, tops[k] = segment(x, r, 0.0, nulls, tl) if len(x) >= 2 * MIN_SIDE else ([], 1.0)
+    keys = list(data)
+    # Holm over the "any change" tests first pass: which series change at all
+    hyps = [("any", k) for k in keys] + [("newest", k) for k in keys]
+    # the newest-run test needs the confirmed segmentation for its baseline: computed at a level
+    # found by Holm's first step (conservative: the smallest level Holm could use)
+    first_level = alpha / len(hyps) if hyps else alpha
+    cuts0 = {k: segment(data[k][0], r, first_level, nulls, tl)[0] if tops[k] <= first_level else [] for k in keys}
+    starts: dict[Hashable, int] = {}
+    for k in keys:
+        x = data[k][0]
+        starts[k] = max([c for c, _ in cuts0[k] if c <= len(x) - max(NEWEST) - MIN_BASELINE] or [0])
+        newest[k] = newest_p(x, starts[k], r, nulls, tl)
+    ps = [tops[k] for k in keys] + [newest[k] for k in keys]
+    adjusted = holm(ps)
+    levels = _holm_levels(ps, alpha)
+    out: dict[Hashable, SeriesResult] = {}
+    for idx, k in enumerate(keys):
+        x, logged = data[k]
+        res = SeriesResult(p_any=tops[k], p_newest=newest[k], logged=logged)
+        if adjusted[idx] <= alpha:
+            cuts = segment(x, r, levels[idx], nulls, tl)[0]
+            res.changes += _changes(x, cuts, r, logged, "confirmed", levels[idx])
+        j = idx + len(keys)
+        covered = any(c.index > len(x) - max(NEWEST) - MIN_BASELINE for c in res.changes)
+        if adjusted[j] <= alpha and not covered:  # a change confirmed among the newest runs explains them
+            res.changes += _suspected(x, r, logged, newest[k], levels[j], starts[k])
+        out[k] = res
+    return out, model
+
+
+def _transform(values: Sequence[float]) -> tuple[np.ndarray, bool]:
     x = np.asarray(values, dtype=float)
     if not np.all(np.isfinite(x)):
         raise ValueError("change points need finite values")
-    rng = np.random.default_rng(seed)
-    found: list[ChangePoint] = []
-    todo = [(0, len(x))]
-    while todo:
-        lo, hi = todo.pop()
-        split = _split(x[lo:hi], rng, permutations, alpha)
-        if split is None or split[2] > alpha:
-            continue
-        i, j, p = split
-        cuts = [lo + c for c in (i, j) if 0 < c < hi - lo]
-        edges = [lo, *cuts, hi]
-        for left, cut, right in zip(edges, edges[1:], edges[2:], strict=False):
-            found.append(ChangePoint(cut, p, float(x[left:cut].mean()), float(x[cut:right].mean())))
-        todo += list(zip(edges, edges[1:], strict=False))
-    return sorted(found, key=lambda c: c.index)
+    if len(x) and np.all(x > 0):
+        return np.log(x), True
+    return x, False
+
+
+def _model(data: Mapping[Hashable, tuple[np.ndarray, bool]]) -> NoiseModel:
+    """Two passes: segments of a first segmentation under independence, then under the first model."""
+    model = NoiseModel(0.0, 0.0, 0)
+    for _ in range(2):
+        segs = []
+        for x, _logged in data.values():
+            level = ALPHA / max(len(data), 1)
+            cuts = [c for c, _ in segment(x, model.rho, level, null_size(len(data)), model.tails)[0]] \
+                if len(x) >= 2 * MIN_SIDE else []
+            # the newest runs are what the newest-run test judges: they never shape the noise it is judged by
+            known = len(x) - max(NEWEST) if len(x) > 2 * max(NEWEST) else len(x)
+            edges = [0, *[c for c in cuts if c < known], known]
+            segs += [x[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+        model = noise_model(segs)
+    return model
+
+
+def _holm_levels(ps: Sequence[float], alpha: float) -> list[float]:
+    """The level Holm holds each hypothesis to: alpha / (m - rank) at its rank among the p-values."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out = [alpha] * len(ps)
+    for rank, i in enumerate(order):
+        out[i] = alpha / (len(ps) - rank)
+    return out
+
+
+def _changes(x: np.ndarray, cuts: list[tuple[int, float]], rho: float, logged: bool, status: str,
+             level: float) -> list[Change]:
+    idx = [c for c, _ in cuts]
+    edges = [*idx, len(x)]
+    return [Change(c, status, p, level, *size, edges[k + 1] - c)
+            for k, ((c, p), size) in enumerate(zip(cuts, sizes(x, idx, rho, logged), strict=True))]
+
+
+def _suspected(x: np.ndarray, rho: float, logged: bool, p: float, level: float, start: int) -> list[Change]:
+    """The newest-run suspicion as a change at the newest k runs (the k whose statistic is larger)."""
+    stats = _newest_stats(x[None, start:], rho)[0]
+    k = NEWEST[int(np.argmax(stats))]
+    before, after, ratio, lo, hi = sizes(x[start:], [len(x) - start - k], rho, logged)[0]
+    return [Change(len(x) - k, "confirmed" if k >= MIN_SIDE else "suspected", p, level, before, after, ratio, lo,
+                   hi, k)]

@@ -67,6 +67,29 @@ class ExecResult:
         return text[-n:]
 
 
+# Where host workloads are placed (docs/architecture.md, "Sessions and autogroups"). "own": each in a
+# session of its own (start_new_session), so with kernel.sched_autogroup_enabled = 1 each gets an
+# autogroup of its own and, under CPU contention, one group's share against every other session's,
+# whatever their thread counts. "shared": in iolab's session (a process group of its own, so the
+# terminal's Ctrl-C still reaches iolab alone), sharing iolab's autogroup with whatever else that
+# session runs. Set per run by the runner from [study] workload_session; recorded in the manifest.
+SESSION_POLICIES = ("own", "shared")
+_session_policy = "own"
+
+
+def set_session_policy(policy: str) -> str:
+    """Place the host processes started from now on; returns the previous policy."""
+    global _session_policy
+    if policy not in SESSION_POLICIES:
+        raise ValueError(f"session policy must be one of {SESSION_POLICIES}, got {policy!r}")
+    previous, _session_policy = _session_policy, policy
+    return previous
+
+
+def session_policy() -> str:
+    return _session_policy
+
+
 class Running(ABC):
     """A started process; `wait` always reaps it, killing it at its deadline."""
 
@@ -114,8 +137,12 @@ class _HostRunning(Running):
         self._out = tempfile.TemporaryFile(mode="w+b")
         self._err = tempfile.TemporaryFile(mode="w+b")
 
+        own_session = _session_policy == "own"
+
         def _child_setup() -> None:  # runs in the child between fork and exec
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            if not own_session:
+                os.setpgid(0, 0)  # iolab's session (its autogroup), but not its terminal's process group
             leaf.join()  # its leaf first, then the groups asked for
 
         env = dict(os.environ)
@@ -124,7 +151,7 @@ class _HostRunning(Running):
             env[owners.ENV_SPAWN] = spawn_tag
         self.proc = subprocess.Popen(
             req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, preexec_fn=_child_setup,
+            env=env, start_new_session=own_session, preexec_fn=_child_setup,
         )
         self._result: ExecResult | None = None
         self.on_reaped: Callable[[], None] | None = None

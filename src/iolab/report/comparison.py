@@ -25,8 +25,20 @@ def p_text(row: dict[str, Any]) -> str:
 
 def headline(result: dict[str, Any]) -> str:
     counts = ", ".join(f"{n} {v}" for v, n in result["counts"].items() if n)
+    noise = result.get("noise") or {}
+    levels = ("run-to-run noise from the store" if noise.get("rows_from_store") and not noise.get("rows_on_floor")
+              else "two runs only: run-to-run noise at the default floor" if noise.get("rows_on_floor")
+              and not noise.get("rows_from_store") else "run-to-run noise from the store or the floor")
     return (f"{len(result['rows'])} comparison(s) of {result['run_b']} against {result['run_a']}: {counts or 'none'} "
-            f"(Welch on log values, Holm over all rows, threshold ±{result['threshold']:.0%})")
+            f"({levels}; Holm over all rows, threshold ±{result['threshold']:.0%})")
+
+
+def differences_text(result: dict[str, Any]) -> str:
+    """Every recorded difference between the runs, one line each, under a heading."""
+    if not result["warnings"]:
+        return "recorded differences between A and B: none (machine, versions, governor, autogroup, load flags agree)"
+    return "\n".join(["recorded differences between A and B (not like-for-like):",
+                      *(f"  - {w}" for w in result["warnings"])])
 
 
 def estimate_text(e: dict[str, Any]) -> str:
@@ -35,34 +47,76 @@ def estimate_text(e: dict[str, Any]) -> str:
     return f"{value} (n={e.get('n', 0)})"
 
 
+def a_text(row: dict[str, Any]) -> str:
+    """A's estimate, and the level of A's window when B is judged against several runs like A."""
+    w = row.get("a_window")
+    text = estimate_text(row["a"])
+    return f"{text}; level of {w['runs']} runs {fmt_num(w['level'])}" if w else text
+
+
+def noise_text(row: dict[str, Any]) -> str:
+    """The run-level SD the row was judged with and where it came from: 'store 2.1% (df 11)',
+    'floor 3.0%', or '—' for rows without a test."""
+    n = row.get("noise") or {}
+    if n.get("source") == "store" and n.get("tau") is not None:
+        return f"store {n['tau']:.1%} (df {n['df']:.0f})"
+    if n.get("source") == "floor":
+        return f"floor {n['tau']:.1%}"
+    return n.get("source") or "—"
+
+
 def table_rows(result: dict[str, Any]) -> list[list[str]]:
-    """configuration, metric (unit), A, B, B/A [95% CI], p (Holm), verdict: the shared text columns."""
-    return [[r["config"], f"{r['metric']} ({r['unit']})", estimate_text(r["a"]), estimate_text(r["b"]),
-             ratio_text(r), p_text(r), r["verdict"]] for r in result["rows"]]
+    """configuration, metric (unit), A, B, B/A [95% CI], run SD, p (Holm), verdict: the shared text columns."""
+    return [[r["config"], f"{r['metric']} ({r['unit']})", a_text(r), estimate_text(r["b"]),
+             ratio_text(r), noise_text(r), p_text(r), r["verdict"]] for r in result["rows"]]
 
 
-HEADERS = ["configuration", "metric", "A", "B", "B/A [95% CI]", "p (Holm)", "verdict"]
+HEADERS = ["configuration", "metric", "A", "B", "B/A [95% CI]", "run SD", "p (Holm)", "verdict"]
 
 
 def section(result: dict[str, Any]) -> Section:
     """The report's 'Comparison' section: warnings first, then every row with its reason."""
     notes = [Note(f"Not like-for-like: {w}", "warn") for w in result["warnings"]]
+    noise = result.get("noise") or {}
+    if noise.get("message"):
+        notes.append(Note("Noise: " + noise["message"], "warn" if noise.get("rows_on_floor") else "info"))
     if result["only_a"]:
         notes.append(Note(f"Only in A ({result['run_a']}): " + "; ".join(result["only_a"]), "warn"))
     if result["only_b"]:
         notes.append(Note(f"Only in B ({result['run_b']}): " + "; ".join(result["only_b"]), "warn"))
     if result["skipped_metrics"]:
         notes.append(Note("Not compared (no better direction declared): " + ", ".join(result["skipped_metrics"])))
-    rows = table_rows(result)
-    # the reason of every verdict but a plain 'no difference' rides on its cell as a footnote
-    cell_notes = [[None] * (len(HEADERS) - 1) + [r["reason"] if r["verdict"] != "no difference" else None]
-                  for r in result["rows"]]
-    intro = (headline(result) + ". p (Holm) is the p-value of a change beyond the threshold, adjusted over every "
-             "row; a verdict other than 'no difference' needs it below 0.05, i.e. significance after Holm's "
-             "correction AND a change beyond the threshold; the metric's declared direction decides improvement "
-             "or regression.")
-    return Section("Comparison", [Table(f"B = {result['run_b']} against A = {result['run_a']}", HEADERS, rows,
+    # the page's table stays narrow enough to show the verdict: A is A's level (its window's, when B
+    # is judged against several runs like A, with A's own run as the cell's footnote), p (Holm)
+    # rides with the verdict's reason
+    rows = [[r["config"], f"{r['metric']} ({r['unit']})", r["verdict"], ratio_text(r), _a_cell(r),
+             estimate_text(r["b"]), noise_text(r)] for r in result["rows"]]
+    cell_notes = [[None, None, f"{r['reason']} (p Holm {p_text(r)})" if r["verdict"] != "no difference" else None,
+                   None, _a_note(r), None, None] for r in result["rows"]]
+    intro = (headline(result) + ". B is judged as a new run against A's level (A and the runs like A before it) "
+             "with two levels of noise: its repetitions, and how far whole runs move (run SD: from the store's "
+             "earlier runs of the configuration, else the default floor). p (Holm) is the p-value of a change "
+             "beyond the threshold, adjusted over every row; a verdict other than 'no difference' needs it below "
+             "0.05, i.e. significance after Holm's correction AND a change beyond the threshold; the metric's "
+             "declared direction decides improvement or regression.")
+    return Section("Comparison", [Table(f"B = {result['run_b']} against A = {result['run_a']}", PAGE_HEADERS, rows,
                                         notes=notes, cell_notes=cell_notes)], intro=intro)
+
+
+PAGE_HEADERS = ["configuration", "metric", "verdict", "B/A [95% CI]", "A (level)", "B", "run SD"]
+
+
+def _a_cell(row: dict[str, Any]) -> str:
+    w = row.get("a_window")
+    return f"{fmt_num(w['level'])} ({w['runs']} runs)" if w else estimate_text(row["a"])
+
+
+def _a_note(row: dict[str, Any]) -> str | None:
+    w = row.get("a_window")
+    if not w:
+        return None
+    return (f"A's own run: {estimate_text(row['a'])}; B is judged against the level of A and the {w['runs'] - 1} "
+            f"runs like A before it ({', '.join(w['ids'])})")
 
 
 def text_table(headers: list[str], rows: list[list[Any]]) -> str:

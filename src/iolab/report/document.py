@@ -17,6 +17,7 @@ from iolab.store.base import RunRecord, Store
 from iolab.studies import builtin
 
 REPRODUCE = "reproduce"
+AB = "ab"  # an A/B study (runner/ab.py): its blocks' runs are its children, as a reproduction's studies
 
 
 def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
@@ -27,10 +28,11 @@ def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
         "started": t.started, "ended": t.ended, "traceback": t.traceback,
     } for t in store.trials(run.id)]
     status = {"running": "partial"}.get(run.status, run.status)
-    doc: dict[str, Any] = {"run_id": run.id, "study": run.study, "status": status, "source": run.source,
+    doc: dict[str, Any] = {"run_id": run.id, "study": run.study, "status": status, "created": run.created,
+           "source": run.source,
            "spec": run.spec, "options": run.options, "environment": run.environment, "extra": run.extra,
            "trials": trials, "findings": {}}
-    if analysis_of(run) == REPRODUCE:
+    if analysis_of(run) in (REPRODUCE, AB):
         doc["children"] = _children(store, run)
         kids = [c["doc"]["trials"] for c in doc["children"].values()]
         failed = sum(t["status"] != "ok" for ts in kids for t in ts)
@@ -86,6 +88,9 @@ def analyse_document(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str], li
     module = builtin.analysis_module(analysis)
     try:
         if doc.get("children") is not None:
+            if not hasattr(module, "findings"):  # the A/B verdict (report/ab.py): its rows are typed in analysis/ab.py
+                doc["findings"] = module.analyze(doc)
+                return (doc, *module.present(doc, doc["findings"]))
             findings = module.findings(doc)
             doc["findings"] = findings.to_json()
             summary, sections = module.present(doc, findings)

@@ -44,6 +44,27 @@ def cgroup_mode() -> str:
     return "v1"
 
 
+def sched_autogroup() -> int | None:
+    """kernel.sched_autogroup_enabled (1: the scheduler shares CPU between sessions first), None
+    when the kernel has no autogroups."""
+    try:
+        return int(Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_governor() -> str | None:
+    """The CPU frequency governors in use, e.g. 'performance' or 'schedutil, performance'; None
+    without a cpufreq interface (a VM, or a fixed clock)."""
+    found = set()
+    for g in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"):
+        try:
+            found.add(g.read_text().strip())
+        except OSError:
+            continue
+    return ", ".join(sorted(found)) or None
+
+
 def environment() -> dict[str, Any]:
     uname = os.uname()
     mem = 0
@@ -60,6 +81,8 @@ def environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "memory_bytes": mem,
         "cgroup_mode": cgroup_mode(),
+        "cpu_governor": cpu_governor(),
+        "sched_autogroup": sched_autogroup(),
         "fio_version": _first_line(["fio", "--version"]),
         "qemu_version": _first_line(["qemu-system-x86_64", "--version"]),
         "qemu_img_version": _first_line(["qemu-img", "--version"]),

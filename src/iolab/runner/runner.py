@@ -38,6 +38,7 @@ from iolab.cgroups.trial import TrialCgroup
 from iolab.core import metrics, registry
 from iolab.core import owner as owners
 from iolab.core.errors import CapabilityMissing, InputError, Interrupted, RefusedError, SpecError, TrialFailed
+from iolab.core.exec import set_session_policy
 from iolab.core.metrics import MetricSet, TrialDeclarations
 from iolab.core.model import Config, Trial, TrialResult
 from iolab.core.resources import Ledger
@@ -173,7 +174,7 @@ class Runner:
                 self.schedule = Schedule(self.budget)
             self.run_id = new_run_id(self.spec.name)
             self.store.create_run(self.run_id, self.spec.name, self.spec.source, self.spec.raw, self.spec.options,
-                                  environment())
+                                  {**environment(), "workload_session": self.spec.settings.workload_session})
             self.store.claim_run(self.run_id, owners.me().token)
         else:
             holder = self.store.claim_run(run_id, owners.me().token)
@@ -202,6 +203,7 @@ class Runner:
         """Run every missing trial; returns the final status."""
         status = "failed"
         self.reporter.start(self._remaining_estimate())
+        previous_session = set_session_policy(self.spec.settings.workload_session)
         try:
             with _signals_as_interrupt():
                 if self.schedule is not None:
@@ -215,6 +217,7 @@ class Runner:
             raise Interrupted("interrupted; finished trials are kept. "
                               f"Resume with: iolab run --resume {self.run_id}") from None
         finally:
+            set_session_policy(previous_session)
             self.reporter.stop()
             with _signals_ignored():
                 errors = self.ledger.release_all()
@@ -305,7 +308,10 @@ class Runner:
         while pending:
             self.reporter.message(f"setting up target {g.target['kind']} ...")
             try:
-                return target.setup()
+                placement = target.setup()
+                for note in placement.manifest.get("notes") or ():  # how it came up (e.g. a guest restored or booted)
+                    self.reporter.message(str(note))
+                return placement
             except Exception as exc:
                 tb = traceback.format_exc()
                 for c in pending:

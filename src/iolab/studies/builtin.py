@@ -40,8 +40,8 @@ BUILTIN: dict[str, str] = {
     "fleet-scan": "iolab.studies.fleet_scan",
 }
 DEFAULT_STUDY = "write-modes"
-# Analyses that are not studies of their own: a reproduction's page of claims.
-ANALYSES: dict[str, str] = {"reproduce": "iolab.reproduce.page"}
+# Analyses that are not studies of their own: a reproduction's page of claims, an A/B study's verdict.
+ANALYSES: dict[str, str] = {"reproduce": "iolab.reproduce.page", "ab": "iolab.report.ab"}
 
 # The shape, as tests/studies/test_study_shape.py checks it on every package above.
 PARTS = ("spec", "analysis", "presentation")                  # every study has these modules

@@ -63,6 +63,8 @@ class StudySettings(BaseModel):
     analysis: str = "generic"
     order: Literal["interleaved", "sequential"] = "interleaved"
     probes: list[str] = Field(default_factory=list, description="extra, costly probes to run (e.g. qemu_syscalls)")
+    workload_session: Literal["own", "shared"] = Field(
+        "own", description="own: each host workload in a session (autogroup) of its own; shared: in iolab's")
 
     @field_validator("trial_timeout", "budget", mode="before")
     @classmethod

@@ -1,8 +1,13 @@
 """A QEMU guest with one test disk: the target for host-vs-VM and virtual-disk studies.
 
-setup() boots the guest once; every command of the trials sharing this target runs in it
-through the guest agent. The disk image lives on a scratch loop device of its own (unless
-image_dir says otherwise), so the host-side block counters see only the image's I/O.
+setup() starts the guest once (restored from the saved state of its shape where it can be,
+vm/restore.py, else booted, with the reason in the manifest and the progress output); every
+command of the trials sharing this target runs in it through the guest agent. The disk image
+lives on a scratch loop device of its own (unless image_dir says otherwise), so the host-side
+block counters see only the image's I/O.
+
+Size: one target kind whole (its axes and their validation, its offer, set-up with restore or
+boot, manifest, teardown); the guest machinery itself lives in iolab.vm, one concept a module.
 """
 
 from __future__ import annotations
@@ -38,7 +43,6 @@ from iolab.vm.cmdline import (
     PEER_MEMORY_MB,
     NetSpec,
     Network,
-    RunFiles,
     VmSpec,
     peer_spec,
     qemu_version,
@@ -56,15 +60,13 @@ from iolab.vm.disk import (
     Prealloc,
     Secret,
 )
+from iolab.vm.errors import VmError
 from iolab.vm.executor import GuestExecutor
-from iolab.vm.guest_setup import (
-    GUEST_MOUNT,
-    configure_network,
-    make_ext4,
-    wait_for_disk,
-)
+from iolab.vm.guest_setup import GUEST_MOUNT, configure_network, make_ext4, wait_for_disk
+from iolab.vm.hotplug import HOTPLUG_BUSES
 from iolab.vm.image import create_image, image_info, prefill
 from iolab.vm.lifecycle import QemuVM
+from iolab.vm.restore import Boot, GuestStart, boot_instead, start_guest
 
 # applications the built-in guest can carry (guest_apps): name -> (its directory in the guest,
 # the host directory copied there whole); each is built by the set-up command, never by a run
@@ -106,6 +108,9 @@ class QemuGuestParams(TargetParams):
     net_peer: bool = Field(False, description="boot a second, diskless guest on its own user network, "
                                               "for guest-to-guest traffic (needs network = \"user\")")
     boot_timeout: float | None = Field(None, gt=0, description="seconds; default 30 (KVM) / 90 (TCG)")
+    boot: Boot = Field("auto", description="auto: restore the guest from the saved state of its shape "
+                                           "(made on first use) where its bus can hot-plug the disk, else "
+                                           "boot; restore: restore or fail; cold: always boot")
 
     @field_validator("disk_size", "memory", "cluster_size", mode="before")
     @classmethod
@@ -137,6 +142,9 @@ class QemuGuestParams(TargetParams):
                             "your own (initramfs) must bring them itself")
         if self.initramfs and not self.kernel:
             problems.append("initramfs given without kernel: pass both, or neither")
+        if self.boot == "restore" and self.bus not in HOTPLUG_BUSES:
+            problems.append(f"boot = \"restore\" needs a bus QEMU can hot-plug a disk on "
+                            f"({', '.join(HOTPLUG_BUSES)}); bus {self.bus} cannot: use boot = \"auto\" or \"cold\"")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -158,6 +166,7 @@ class QemuGuestTarget(Target):
         self.tag = owners.tag(uuid.uuid4().hex[:10])  # the owner's tag: a sweep knows whose guest it is
         self.vm: QemuVM | None = None
         self.peer: QemuVM | None = None
+        self.started: GuestStart | None = None
         self.image: Path | None = None
         self.loop: ScratchLoop | None = None
         self._made: list[Resource] = []
@@ -193,12 +202,15 @@ class QemuGuestTarget(Target):
         where = p.image_dir or "a scratch loop device (ext4) of its own"
         return [
             f"creates a {format_size(p.disk_size)} {p.format} image on {where}",
-            f"boots a QEMU guest ({p.vcpus} vCPU, {format_size(p.memory)}; KVM if it works, else TCG) "
+            f"{'boots' if p.boot == 'cold' or p.bus not in HOTPLUG_BUSES else 'restores (or boots)'} a QEMU guest "
+            f"({p.vcpus} vCPU, {format_size(p.memory)}; KVM if it works, else TCG) "
             f"with the disk on {p.bus}, cache={p.cache}, aio={p.aio}"
             + (", iothread" if p.iothread else ""),
+            *(["saves the guest's state in iolab's cache on first use (one per guest shape; docs/vm.md)"]
+              if p.boot != "cold" and p.bus in HOTPLUG_BUSES else []),
             *([f"makes ext4 on the guest disk and mounts it at {GUEST_MOUNT}"] if p.guest_fs == "ext4" else []),
             *(["encrypts the image with LUKS; the key is random, kept in memory and handed to QEMU "
-               "through an inherited pipe"] if p.encrypt != "none" else []),
+               "through an inherited pipe (a restored guest: over its QMP socket)"] if p.encrypt != "none" else []),
             *(["gives the guest a virtio-net NIC on user-mode networking (host loopback at 10.0.2.2)"]
               if p.network == "user" else []),
             *(["boots a second, diskless guest as network peer"] if p.net_peer else []),
@@ -257,11 +269,17 @@ class QemuGuestTarget(Target):
                                      *(["net"] if p.network == "user" else [])),
                       net=NetSpec(hostfwd=((free_port(), GUEST_SERVER_PORT),)) if p.network == "user" else None,
                       secret=secret)
-        self.vm = QemuVM(spec, RunFiles(run_dir), self.ledger)
-        self.vm.start(p.boot_timeout)
-        assert self.vm.channel is not None and self.vm.qmp is not None  # start() returns only with both
-        executor = GuestExecutor(self.vm.channel)
-        dev = wait_for_disk(executor, p.bus, p.disk_size, self._diagnosis)
+        self.started = start_guest(spec, run_dir, self.ledger, boot=p.boot, image_digest=image.digest,
+                                   boot_timeout_s=p.boot_timeout)
+        self.vm = self.started.vm
+        try:
+            executor, dev = self._find_disk()
+        except VmError as exc:
+            if not self.started.restored or p.boot == "restore":
+                raise
+            self.started = boot_instead(self.started, spec, run_dir, self.ledger, exc, p.boot_timeout)
+            self.vm = self.started.vm
+            executor, dev = self._find_disk()
         mount = make_ext4(executor, dev) if p.guest_fs == "ext4" else None
         extras: dict[str, Any] = {"qmp": self.vm.qmp, "vm": self.vm, "qemu_pid": self.vm.pid,
                                   "qmp_device": DISK_ID, "accel": accel.accel,
@@ -271,26 +289,39 @@ class QemuGuestTarget(Target):
             configure_network(executor)
             extras["net"] = {"host_addr": GUEST_NET["host"], "forward_port": spec.net.hostfwd[0][0],
                              "server_port": GUEST_SERVER_PORT}
+        notes = [self.started.note(f"qemu guest ({p.profile or p.bus})")]
         if p.net_peer:
-            extras["peer"] = self._start_peer(spec, run_dir)
+            extras["peer"], peer_start = self._start_peer(spec, run_dir, image.digest)
+            notes.append(peer_start.note("its network peer"))
         manifest = self._manifest(image, accel, dev, host_device)
+        if p.net_peer:
+            manifest["peer_boot"] = peer_start.manifest()
+        manifest["notes"] = notes
         return Placement(
             executor=executor, path=None if mount else f"/dev/{dev}", directory=mount,
             host_device=host_device, guest_device=dev, is_block_device=mount is None, manifest=manifest,
             extras=extras, time_factor=TCG_TIME_FACTOR if accel.accel == "tcg" else 1.0,
         )
 
-    def _start_peer(self, spec: VmSpec, run_dir: Path) -> dict[str, Any]:
+    def _find_disk(self) -> tuple[GuestExecutor, str]:
+        assert self.vm is not None and self.started is not None
+        assert self.vm.channel is not None and self.vm.qmp is not None  # start() returns only with both
+        executor = GuestExecutor(self.vm.channel)
+        return executor, wait_for_disk(executor, self.params.bus, self.params.disk_size, self._diagnosis,
+                                       hotplugged=self.started.restored)
+
+    def _start_peer(self, spec: VmSpec, run_dir: Path, digest: str | None) -> tuple[dict[str, Any], GuestStart]:
         """The network peer (cmdline.peer_spec), reachable from the host (and so from the
-        first guest, through 10.0.2.2) at 127.0.0.1:forward_port."""
+        first guest, through 10.0.2.2) at 127.0.0.1:forward_port; restored like the guest."""
         port = free_port()
-        self.peer = QemuVM(peer_spec(spec, f"{self.tag}-peer", port), RunFiles(run_dir / "peer"), self.ledger)
-        self.peer.start(self.params.boot_timeout)
+        started = start_guest(peer_spec(spec, f"{self.tag}-peer", port), run_dir / "peer", self.ledger,
+                              boot=self.params.boot, image_digest=digest, boot_timeout_s=self.params.boot_timeout)
+        self.peer = started.vm
         assert self.peer.channel is not None
         executor = GuestExecutor(self.peer.channel)
         configure_network(executor)
-        return {"executor": executor, "forward_port": port, "server_port": GUEST_SERVER_PORT,
-                "qemu_pid": self.peer.pid}
+        return ({"executor": executor, "forward_port": port, "server_port": GUEST_SERVER_PORT,
+                 "qemu_pid": self.peer.pid}, started)
 
     def _guest(self) -> guest_image.GuestImage:
         p = self.params
@@ -334,10 +365,13 @@ class QemuGuestTarget(Target):
             "disk": asdict(p.disk_spec()) | {"cache_flags": asdict(p.disk_spec().flags)},
             "guest_device": dev, "guest_fs": p.guest_fs, "host_device": host_device,
             "image_path": str(self.image), "boot_seconds": self.vm.boot_seconds,
+            "boot": self.started.manifest() if self.started else None,
             "memory_bytes": p.memory, "vcpus": p.vcpus, "prefilled": p.prefill, "flags": flags,
             "profile": p.profile, "network": p.network, "net_peer": p.net_peer,
-            "encryption": ({"format": "luks", "key": "random per run, in memory only, passed through an "
-                            f"inherited pipe (-object secret id={SECRET_ID})", "iter_time_ms": LUKS_ITER_TIME_MS}
+            "encryption": ({"format": "luks", "key": "random per run, in memory only, passed " + (
+                               f"over QMP (object-add secret id={SECRET_ID})" if self.vm.restored else
+                               f"through an inherited pipe (-object secret id={SECRET_ID})"),
+                            "iter_time_ms": LUKS_ITER_TIME_MS}
                            if p.encrypt != "none" else None),
         }
 
@@ -362,6 +396,7 @@ class QemuGuestTarget(Target):
             except Exception as exc:  # keep going: the image and loop must still go
                 errors.append(f"stopping the guest: {exc}")
             setattr(self, attr, None)
+        self.started = None
         for res in reversed(self._made):
             try:
                 self.ledger.release(res)

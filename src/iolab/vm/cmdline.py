@@ -126,29 +126,36 @@ def blockdev_json(disk: DiskSpec, image: Path) -> dict[str, Any]:
     return fmt
 
 
-def device_args(disk: DiskSpec) -> list[str]:
-    """-device (and -object) arguments attaching the format node on the chosen bus."""
+def disk_devices(disk: DiskSpec) -> list[tuple[Literal["object", "device"], dict[str, Any]]]:
+    """The objects and devices attaching the format node on the chosen bus, in order: the
+    same list makes the -object/-device arguments of a boot and the QMP object-add/device_add
+    of a restored guest (vm/restore.py), so both guests get the same disk."""
     wc = "on" if disk.flags.write_cache else "off"
     common = {"drive": FORMAT_NODE, "id": DISK_ID, "serial": DISK_SERIAL, "write-cache": wc}
-    args: list[str] = []
+    out: list[tuple[Literal["object", "device"], dict[str, Any]]] = []
     iothread = {"iothread": "iothread0"} if disk.iothread else {}
     if disk.iothread:
-        args += ["-object", qemu_json({"qom-type": "iothread", "id": "iothread0"})]
+        out.append(("object", {"qom-type": "iothread", "id": "iothread0"}))
     if disk.bus == "virtio-blk":
-        args += ["-device", qemu_json({"driver": "virtio-blk-pci", **common, **iothread})]
+        out.append(("device", {"driver": "virtio-blk-pci", **common, **iothread}))
     elif disk.bus == "virtio-scsi":
-        args += ["-device", qemu_json({"driver": "virtio-scsi-pci", "id": "scsi0", **iothread}),
-                 "-device", qemu_json({"driver": "scsi-hd", "bus": "scsi0.0", **common})]
+        out += [("device", {"driver": "virtio-scsi-pci", "id": "scsi0", **iothread}),
+                ("device", {"driver": "scsi-hd", "bus": "scsi0.0", **common})]
     elif disk.bus == "ide":
-        args += ["-device", qemu_json({"driver": "ide-hd", "bus": "ide.0", **common})]
+        out.append(("device", {"driver": "ide-hd", "bus": "ide.0", **common}))
     elif disk.bus == "ahci":
-        args += ["-device", qemu_json({"driver": "ahci", "id": "ahci0"}),
-                 "-device", qemu_json({"driver": "ide-hd", "bus": "ahci0.0", **common})]
+        out += [("device", {"driver": "ahci", "id": "ahci0"}),
+                ("device", {"driver": "ide-hd", "bus": "ahci0.0", **common})]
     elif disk.bus == "nvme":
-        args += ["-device", qemu_json({"driver": "nvme", **common})]
+        out.append(("device", {"driver": "nvme", **common}))
     else:
         raise ValueError(f"unknown bus {disk.bus!r}")
-    return args
+    return out
+
+
+def device_args(disk: DiskSpec) -> list[str]:
+    """-device (and -object) arguments attaching the format node on the chosen bus."""
+    return [a for kind, obj in disk_devices(disk) for a in (f"-{kind}", qemu_json(obj))]
 
 
 def accel_args(accel: Accel, cpu: str | None) -> list[str]:
@@ -161,10 +168,12 @@ def accel_args(accel: Accel, cpu: str | None) -> list[str]:
 
 
 def build_command(spec: VmSpec, files: RunFiles, qemu: str = "qemu-system-x86_64",
-                  secret_fd: int | None = None) -> list[str]:
+                  secret_fd: int | None = None, incoming_fd: int | None = None) -> list[str]:
     """The full argv. -name carries the tag `iolab clean` and the cleaner look for.
 
     secret_fd: the inherited pipe holding the disk key (encrypt=luks), see Secret.
+    incoming_fd: an inherited descriptor of a saved state to restore instead of booting
+    (`-incoming fd:N`, vm/restore.py); the rest of the argv must be the saved guest's.
     """
     if spec.disk is not None:
         spec.disk.validate()
@@ -194,6 +203,7 @@ def build_command(spec: VmSpec, files: RunFiles, qemu: str = "qemu-system-x86_64
                               "name": AGENT_PORT}),
         *_disk_args(spec, secret_fd),
         *(spec.net.args() if spec.net else []),
+        *(["-incoming", f"fd:{int(incoming_fd)}"] if incoming_fd is not None else []),
     ]
 
 

@@ -135,6 +135,11 @@ class Secret:
             os.close(w)
         return r
 
+    def reveal(self) -> bytes:
+        """The key itself, for QMP object-add when a restored guest gets its disk (vm/hotplug.py):
+        it then travels over QEMU's monitor socket, still never on a disk or a command line."""
+        return self._data
+
     @staticmethod
     def object_arg(fd: int) -> str:
         return f"secret,id={SECRET_ID},file=/dev/fd/{int(fd)}"

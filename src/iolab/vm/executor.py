@@ -8,10 +8,13 @@ than hanging the trial.
 
 from __future__ import annotations
 
+import os
+import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from iolab.core.exec import ExecRequest, ExecResult, Executor, Running
@@ -21,6 +24,23 @@ from iolab.vm import protocol as P
 # hung: the agent enforces the timeout itself, so this only covers a stuck guest.
 HOST_GRACE_S = 20.0
 KILL_WAIT_S = 5.0
+CLOCK_AGENT_VERSION = 2  # the first agent that understands the CLOCK frame
+CLOCK_TIMEOUT_S = 10.0
+ENTROPY_BYTES = 64
+
+
+@dataclass(frozen=True)
+class ClockStep:
+    """What setting the guest's clock did: how far it was off (host minus guest, seconds) and
+    the round trip of the request, which bounds how far off it still is."""
+
+    step_s: float
+    round_trip_s: float
+    reseeded: bool
+
+    def manifest(self) -> dict[str, object]:
+        return {"clock_step_s": round(self.step_s, 6), "clock_error_bound_s": round(self.round_trip_s, 6),
+                "rng_reseeded": self.reseeded}
 
 
 class AgentChannel:
@@ -34,7 +54,9 @@ class AgentChannel:
         self._fs: P.FrameSocket | None = None
         self._answers: dict[int, P.Frame] = {}
         self._cond = threading.Condition()
-        self._next_id = 1
+        # ids start at a random point: a guest restored from a saved state may still hold
+        # leftovers of the saved guest's requests (ids counted from 1 there), never ours
+        self._next_id = 1 + secrets.randbelow(1 << 30)
         self._reader: threading.Thread | None = None
 
     def connect(self, timeout_s: float = 10.0) -> None:
@@ -69,6 +91,42 @@ class AgentChannel:
                     raise TimeoutError(f"the guest agent did not start within {timeout_s:.0f} s")
                 self._cond.wait(min(left, 0.2))
             return self.hello
+
+    @property
+    def agent_version(self) -> int:
+        """The agent's protocol level from its hello (0 before the hello or if unreadable)."""
+        try:
+            return int(self.hello.text("v")) if self.hello is not None else 0
+        except ValueError:
+            return 0
+
+    def set_clock(self, timeout_s: float = CLOCK_TIMEOUT_S) -> ClockStep:
+        """Step the guest's wall clock to the host's and reseed its RNG with fresh host bytes.
+
+        Why: a guest restored from a saved state wakes with the clock of the moment it was saved
+        (workloads and probes read time) and the RNG state of every guest restored from it. The
+        guest is set to the host time taken just before sending, so it ends up behind by at
+        most the request's one-way delay: the round trip is returned as the bound."""
+        if self.agent_version < CLOCK_AGENT_VERSION:
+            raise P.ChannelClosed(f"the guest agent (version {self.agent_version}) cannot set the clock; "
+                                  f"version {CLOCK_AGENT_VERSION} can (rebuild the agent from agent.c)")
+        with self._cond:
+            fid = self._next_id
+            self._next_id += 1
+        t0 = time.monotonic()
+        host_ns = time.time_ns()
+        self._send(P.CLOCK, fid, [("t", str(host_ns)), ("r", os.urandom(ENTROPY_BYTES))])
+        frame = self.answer(fid, time.monotonic() + timeout_s)
+        rtt = time.monotonic() - t0
+        if frame is None:
+            raise P.ChannelClosed(self.closed_reason or f"the guest agent did not answer the clock request "
+                                                        f"within {timeout_s:.0f} s")
+        if frame.type == P.ERROR:
+            raise P.ChannelClosed(f"the guest agent refused to set the clock: {frame.text('z')}")
+        if frame.number("r", -1) != 0:
+            raise P.ChannelClosed(f"clock_settime in the guest failed (errno {-frame.number('r', -1)})")
+        reseeded = frame.first("s") is not None and frame.number("s") == 0
+        return ClockStep((host_ns - frame.number("b")) / 1e9, rtt, reseeded)
 
     def _read_loop(self) -> None:
         assert self._fs is not None

@@ -1,9 +1,15 @@
-"""One QEMU process from start to reaped: ledger entry, boot to the agent's hello, shutdown.
+"""One QEMU process from start to reaped: ledger entry, boot (or restore) to the agent's hello,
+shutdown.
 
 The process is recorded in the ledger (pending, with its -name tag) before it is
 started, with SIGINT/SIGTERM/SIGHUP held until its pid is recorded (`Ledger.creating`),
 so a crash or kill of iolab at any instant leaves a tag or a tagged pid for `iolab clean`
 (iolab.vm.cleanup, imported here so its "process" cleaner is registered).
+
+A guest restored from a saved state (vm/restore.py) starts the same way with `-incoming fd:N`;
+once the state is loaded it is still paused, `Incoming.before_run` attaches what the trial
+needs, and only then does it run. Every guest whose agent can (version 2) gets the host's
+wall clock and fresh entropy before start() returns, booted or restored alike.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
@@ -21,11 +28,20 @@ from iolab.core.resources import Ledger, Resource
 from iolab.vm import qmp as qmp_session
 from iolab.vm.cmdline import RunFiles, VmSpec, build_command, qemu_system
 from iolab.vm.errors import VmError
-from iolab.vm.executor import AgentChannel
+from iolab.vm.executor import CLOCK_AGENT_VERSION, AgentChannel, ClockStep
 
 BOOT_TIMEOUT_S = {"kvm": 30.0, "tcg": 90.0}
 AGENT_CONNECT_TIMEOUT_S = 10.0
 QUIT_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A saved state to restore instead of booting: its open descriptor (inherited by QEMU as
+    `-incoming fd:N`), and what to do while the loaded guest is still paused (attach disks)."""
+
+    fd: int
+    before_run: Callable[[QEMUMonitorProtocol], None] = lambda qmp: None
 
 
 @dataclass
@@ -42,6 +58,9 @@ class QemuVM:
     kernel_release: str | None = None
     boot_seconds: float | None = None
     started_at: float | None = None  # time.monotonic() just before QEMU was launched
+    restored: bool = False  # started from a saved state (Incoming), not booted
+    restore_seconds: float | None = None  # launch until the loaded state ran (restored guests)
+    clock: ClockStep | None = None  # what setting the guest's clock did (agent version 2 on)
     _res: Resource | None = None
 
     @property
@@ -51,18 +70,21 @@ class QemuVM:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, boot_timeout_s: float | None = None) -> None:
-        """Launch and wait for the agent's hello; on any failure kill QEMU and raise VmError."""
+    def start(self, boot_timeout_s: float | None = None, incoming: Incoming | None = None) -> None:
+        """Launch (or restore, with `incoming`) and wait for the agent's hello; on any failure
+        kill QEMU and raise VmError."""
         self.files.directory.mkdir(parents=True, exist_ok=True)
         fd = self.spec.secret.open_fd() if self.spec.secret is not None else None
+        inherited = tuple(f for f in (fd, incoming.fd if incoming else None) if f is not None)
         try:
-            self.argv = build_command(self.spec, self.files, qemu_system(), secret_fd=fd)
+            self.argv = build_command(self.spec, self.files, qemu_system(), secret_fd=fd,
+                                      incoming_fd=incoming.fd if incoming else None)
             t0 = self.started_at = time.monotonic()
             # pending entry first: a kill before the pid is known leaves the -name tag to find QEMU by
             with open(self.files.stderr, "wb") as err, \
                     self.ledger.creating("process", "", tag=self.spec.tag, what="qemu", argv0=self.argv[0]) as res:
                 self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                             start_new_session=True, pass_fds=(fd,) if fd is not None else ())
+                                             start_new_session=True, pass_fds=inherited)
                 self.ledger.update(res, ident=str(self.proc.pid))
             self._res = res
         finally:
@@ -72,8 +94,14 @@ class QemuVM:
         try:
             self.channel = AgentChannel(self.files.agent, diagnose=self.diagnosis)
             self.channel.connect(timeout_s=AGENT_CONNECT_TIMEOUT_S)
-            self.qmp = qmp_session.connect(self.files.qmp, alive=self.alive)
-            hello = self.channel.wait_hello(timeout, alive=self.alive)
+            # QEMU greets on QMP only once an incoming state is loaded: the boot timeout bounds both
+            self.qmp = qmp_session.connect(self.files.qmp, alive=self.alive,
+                                           **({"timeout_s": timeout} if incoming else {}))
+            if incoming is not None:
+                self._run_restored(incoming, t0 + timeout)
+            hello = self.channel.wait_hello(max(timeout - (time.monotonic() - t0), 1.0), alive=self.alive)
+            if self.channel.agent_version >= CLOCK_AGENT_VERSION:
+                self.clock = self.channel.set_clock()
         except BaseException as exc:
             self.kill()
             if not isinstance(exc, Exception):  # Ctrl-C: already cleaned up, let it through
@@ -82,6 +110,22 @@ class QemuVM:
             raise VmError(f"guest {self.spec.tag} did not come up: {why}\n{self.diagnosis()}") from exc
         self.kernel_release = hello.text("k")
         self.boot_seconds = time.monotonic() - t0
+
+    def _run_restored(self, incoming: Incoming, deadline: float) -> None:
+        """Wait until the saved state is loaded (QEMU leaves `inmigrate`; a state that does not
+        load ends QEMU, with the reason on its stderr), attach what the trial needs while the
+        guest is paused (it was saved stopped), then let it run."""
+        assert self.qmp is not None and self.started_at is not None
+        while (status := _status(self.qmp)) == "inmigrate":
+            if time.monotonic() > deadline:
+                raise TimeoutError("the saved state did not load before the boot timeout")
+            time.sleep(0.01)
+        if status != "paused":
+            raise VmError(f"the restored guest is {status!r} after loading its state, expected 'paused'")
+        incoming.before_run(self.qmp)
+        self.qmp.cmd("cont")
+        self.restored = True
+        self.restore_seconds = time.monotonic() - self.started_at
 
     def console_tail(self, n: int = 3000) -> str:
         try:
@@ -149,3 +193,8 @@ class QemuVM:
         if self._res is not None:
             self.ledger.forget(self._res)  # reaped above: nothing left for the cleaner
             self._res = None
+
+
+def _status(qmp: QEMUMonitorProtocol) -> str:
+    reply = qmp.cmd("query-status")
+    return str(reply.get("status")) if isinstance(reply, dict) else ""

@@ -21,8 +21,8 @@ VERSION = 1
 HEADER = struct.Struct("<4sBcII")  # magic, version, type, id, payload length
 MAX_PAYLOAD = 256 << 20
 
-# host -> guest
-RUN, KILL, PING, POWEROFF = b"R", b"K", b"P", b"Q"
+# host -> guest (CLOCK: set the wall clock and reseed the RNG, agent version 2 on)
+RUN, KILL, PING, POWEROFF, CLOCK = b"R", b"K", b"P", b"Q", b"T"
 # guest -> host
 HELLO, DONE, ERROR = b"H", b"D", b"E"
 

@@ -21,6 +21,7 @@ before the signal propagates.
 from __future__ import annotations
 
 import asyncio
+import logging
 import select
 import socket
 import time
@@ -37,6 +38,11 @@ CONNECT_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 10.0
 _DIAL_PAUSE_S = 0.02
 _T = TypeVar("_T")
+# The library logs a failed negotiation at ERROR (a QEMU that exits while it starts: a saved state
+# it cannot load). iolab reports those itself, as VmError with QEMU's stderr; without a handler of
+# its own the library's records would reach stderr through logging's last resort, mid-progress.
+# A NullHandler keeps them out of the terminal; an application that configures logging still gets them.
+logging.getLogger("qemu.qmp").addHandler(logging.NullHandler())
 
 
 class Monitor(QEMUMonitorProtocol):

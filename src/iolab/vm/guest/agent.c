@@ -6,12 +6,16 @@
  * Frame (both directions, little endian):
  *   "IOLB" | u8 version=1 | u8 type | u32 id | u32 len | payload[len]
  * Payload: fields, each u8 tag | u32 len | bytes[len].
- * Host -> guest types: 'R' run, 'K' kill (id = the run to kill), 'P' ping, 'Q' power off.
+ * Host -> guest types: 'R' run, 'K' kill (id = the run to kill), 'P' ping, 'Q' power off,
+ *                      'T' set the wall clock and reseed the RNG (after a restore from a saved state).
  * Guest -> host types: 'H' hello (k=kernel release, v=agent version), 'D' done, 'E' error.
  * Run fields: a=argv (repeated), t=timeout ms, f=file name then d=its content,
  *             e=env "K=V", c=collect path, g=cgroup.procs path.
  * Done fields: r=exit code (negative signal), o=stdout, e=stderr, w=wall ns, u/s=cpu us,
  *              x=timed out, k=killed, n=collected name then d=its content, z=agent error.
+ * Clock fields: t=host CLOCK_REALTIME ns, r=random bytes to mix into the guest's pool; answered
+ *              by 'D' with b=guest CLOCK_REALTIME ns before the step, r=0 or -errno of
+ *              clock_settime, s=0 or -errno of the reseed (only when bytes were sent).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -31,8 +36,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/random.h>
 
-#define AGENT_VERSION "1"
+#define AGENT_VERSION "2" /* 2: the T frame (clock and RNG after a restore) */
 #define PORT_NAME "org.iolab.agent"
 #define WORKDIR "/run/iolab/work"
 #define OUTDIR "/run/iolab/out"
@@ -333,9 +339,11 @@ static void supervise(uint32_t id, struct req *r) {
         field_str(&p, 'n', c);
         read_file_into(&p, 'd', path, MAX_OUTPUT);
     }
-    send_frame('D', id, &p);
+    /* gone before the answer: a guest saved right after it (vm/restore.py) must not, once restored,
+     * unlink the files of a later run that reuses this id */
     unlink(out);
     unlink(err);
+    send_frame('D', id, &p);
     _exit(0);
 }
 
@@ -363,6 +371,50 @@ static void start_run(uint32_t id, const unsigned char *payload, size_t len) {
 static void kill_run(uint32_t id) {
     for (int i = 0; i < MAX_JOBS; i++)
         if (jobs[i].pid && jobs[i].id == id) kill(jobs[i].pid, SIGUSR1);
+}
+
+/* A guest restored from a saved state wakes with the wall clock of the moment it was saved and
+ * the RNG state every other guest restored from that state has. The host sends its time and
+ * fresh random bytes: the clock is stepped, the bytes are credited to the input pool and the
+ * CRNG is reseeded from it (RNDRESEEDCRNG), so no two restored guests share their random stream. */
+static void set_clock(uint32_t id, const unsigned char *p, size_t len) {
+    long long host_ns = -1;
+    const unsigned char *rnd = NULL;
+    uint32_t nrnd = 0;
+    size_t off = 0;
+    while (off + 5 <= len) {
+        char tag = (char)p[off];
+        uint32_t n = get_u32(p + off + 1);
+        off += 5;
+        if (n > len - off) break;
+        if (tag == 't') { char *s = dup_n(p + off, n); host_ns = atoll(s); free(s); }
+        else if (tag == 'r') { rnd = p + off; nrnd = n; }
+        off += n;
+    }
+    if (host_ns < 0) { send_error(id, "clock frame without a time"); return; }
+    struct timespec before, ts = {(time_t)(host_ns / 1000000000LL), (long)(host_ns % 1000000000LL)};
+    clock_gettime(CLOCK_REALTIME, &before);
+    int rc = clock_settime(CLOCK_REALTIME, &ts) == 0 ? 0 : -errno;
+    int seeded = 0;
+    if (rnd && nrnd) {
+        int fd = open("/dev/urandom", O_RDWR | O_CLOEXEC);
+        struct rand_pool_info *info = malloc(sizeof *info + nrnd);
+        if (fd < 0 || !info) seeded = -errno;
+        else {
+            info->entropy_count = (int)nrnd * 8;
+            info->buf_size = (int)nrnd;
+            memcpy(info->buf, rnd, nrnd);
+            if (ioctl(fd, RNDADDENTROPY, info) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) seeded = -errno;
+        }
+        free(info);
+        if (fd >= 0) close(fd);
+    }
+    struct buf out = {0};
+    field_num(&out, 'b', (long long)before.tv_sec * 1000000000LL + before.tv_nsec);
+    field_num(&out, 'r', rc);
+    if (rnd && nrnd) field_num(&out, 's', seeded);
+    send_frame('D', id, &out);
+    free(out.p);
 }
 
 static int open_port(void) {
@@ -425,6 +477,7 @@ int main(void) {
         case 'K': kill_run(id); break;
         case 'P': send_hello(); break;
         case 'Q': sync(); reboot(RB_POWER_OFF); break;
+        case 'T': set_clock(id, payload, len); break;
         default: send_error(id, "unknown frame type");
         }
         free(payload);

@@ -1,0 +1,98 @@
+"""An A/B study's verdict (analysis/ab.py) as text, JSON and report sections; also the analysis
+module of a stored A/B run (`iolab report AB_RUN`: studies/builtin.py ANALYSES), which judges its
+stored blocks again from their child runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from iolab.analysis import ab
+from iolab.report.comparison import text_table
+from iolab.report.model import Note, Section, Table
+
+HEADERS = ["configuration", "metric", "blocks", "B/A [CI]", "p beyond (Holm)", "p within (Holm)", "verdict"]
+EXIT_MEANING = "exit status: 0 no regression, 1 regression, 2 input error, 3 nothing measured (README)"
+
+
+def _p(p: float | None) -> str:
+    return "—" if p is None or math.isnan(p) else f"{p:.2g}"
+
+
+def ratio_text(r: ab.Row) -> str:
+    if r.ratio is None:
+        return "—"
+    lo = "0" if r.lo is None or r.lo <= 0 else f"{r.lo:.3f}"
+    hi = "∞" if r.hi is None or math.isinf(r.hi) else f"{r.hi:.3f}"
+    return f"{r.ratio:.3f} [{lo}, {hi}]"
+
+
+def table_rows(rows: list[ab.Row]) -> list[list[str]]:
+    return [[r.config or "(single)", f"{r.metric} ({r.unit})" if r.unit else r.metric, str(len(r.d)), ratio_text(r),
+             _p(r.p_holm_beyond), _p(r.p_holm_within), r.verdict] for r in rows]
+
+
+def headline(rows: list[ab.Row], design: ab.Design, blocks: int) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    shown = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    return (f"A/B over {blocks} block(s), {len(rows)} row(s): {shown or 'nothing measured'} (sign flips across "
+            f"blocks, minimum effect ±{design.min_effect:.0%}, Holm over every row, {len(design.looks)} look(s) at "
+            f"{design.look_alpha:.3g} each)")
+
+
+def text(rows: list[ab.Row], design: ab.Design, blocks: int) -> str:
+    lines = [text_table(HEADERS, table_rows(rows))]
+    lines += [f"{r.verdict}: {r.config or '(single)'} {r.metric}: {r.reason}" for r in rows
+              if r.verdict != "no difference"]
+    lines.append(headline(rows, design, blocks))
+    return "\n".join(lines)
+
+
+def as_json(rows: list[ab.Row], design: ab.Design, blocks: int, run_id: str) -> dict[str, Any]:
+    return {"run": run_id, "blocks": blocks, "design": dataclasses.asdict(design) | {"looks": design.looks,
+                                                                                  "look_alpha": design.look_alpha},
+            "rows": [dataclasses.asdict(r) for r in rows], "exit_status": ab.exit_status(rows),
+            "test": "sign-flip permutation test of log(B/A) across blocks, beyond / within the minimum effect; "
+                    "Holm over every configuration x metric; Bonferroni over the looks"}
+
+
+def section(rows: list[ab.Row], design: ab.Design, blocks: int, variants: dict[str, Any]) -> Section:
+    notes = [Note(f"{k}: {v.get('source')}" + (f" with {', '.join(v['overrides'])}" if v.get("overrides") else "")
+                  + (f"; beside each of its blocks: `{' '.join(v['load'])}`" if v.get("load") else "")
+                  + (f"; environment {' '.join(f'{k}={x}' for k, x in v['env'].items())}" if v.get("env") else ""))
+             for k, v in variants.items()]
+    notes += [Note(f"{r.verdict}: {r.config or '(single)'} {r.metric}: {r.reason}",
+                   "warn" if r.verdict in ("regression", "undecided", "invalid") else "info")
+              for r in rows if r.verdict != "no difference"]
+    notes.append(Note(EXIT_MEANING))
+    intro = (headline(rows, design, blocks) + ". Each block ran A and B in a random order, each as a fresh run; "
+             "B/A is the geometric mean of the blocks' ratios, its interval the sign-flip test inverted at the "
+             "look's level.")
+    return Section("A/B verdict", [Table("B against A", HEADERS, table_rows(rows), notes=notes)], intro=intro)
+
+
+# -- the analysis module of a stored A/B run ---------------------------------------------------------
+def _design(spec_ab: dict[str, Any]) -> ab.Design:
+    d = spec_ab.get("design") or {}
+    return ab.Design(**{k: d[k] for k in ("min_blocks", "max_blocks", "step", "min_effect", "alpha") if k in d})
+
+
+def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+    spec_ab = (doc.get("spec") or {}).get("ab") or {}
+    design = _design(spec_ab)
+    kids = {c["run_id"]: c["doc"] for c in (doc.get("children") or {}).values()}
+    blocks = [{k: kids[rid] for k, rid in b["runs"].items() if rid in kids}
+              for b in (doc.get("extra") or {}).get("blocks") or []]
+    rows = ab.judge(ab.rows_of(blocks, tuple(spec_ab.get("metrics") or ())), design, True)
+    return {"ab": as_json(rows, design, len(blocks), str(doc.get("run_id")))}
+
+
+def present(doc: dict[str, Any], findings: dict[str, Any]) -> tuple[list[str], list[Section]]:
+    spec_ab = (doc.get("spec") or {}).get("ab") or {}
+    f = findings["ab"]
+    rows = [ab.Row(**r) for r in f["rows"]]
+    design = _design(spec_ab)
+    return [headline(rows, design, f["blocks"])], [section(rows, design, f["blocks"], spec_ab.get("variants") or {})]
