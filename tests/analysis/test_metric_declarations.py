@@ -266,7 +266,7 @@ def test_patterns_match_exactly_what_they_declare() -> None:
 def test_results_document_carries_the_declarations() -> None:
     doc = {"trials": [{"params": {"_workload": {"kind": "sysbench-cpu"}}, "metrics": {"events_per_s": 1.0, "odd": 2.0},
                        "probes": {"machine_cpu": {"busy": 0.5, "iowait": 0.0, "cores": 2}}}]}
-    d = declarations(doc)
+    d = declarations(doc).to_json()  # typed (analysis/trials.py MetricDeclarations); its JSON is the contract
     assert d["workloads"]["sysbench-cpu"]["events_per_s"] == {
         "unit": "events/s", "direction": "higher", "aggregate": "mean", "domain": "nonneg", "estimand": "median",
         "description": registry.workload_class("sysbench-cpu").metric_set({}).get("events_per_s").description}

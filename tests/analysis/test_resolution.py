@@ -158,12 +158,14 @@ def test_compare_reads_the_resolution_from_the_stored_trials() -> None:
 
 
 def test_the_repetitions_section_names_the_clock_error_once_with_its_range() -> None:
-    from iolab.analysis.repetitions import section
+    from iolab.analysis.repetitions import ConfigRepetitions, section
 
-    def rec(label: str, clock: float) -> dict:
-        return {"label": label, "ok": 3, "failed": 0, "failed_of": "0 failed of 3", "main_metric": "kbps",
-                "zero_values": 0, "stop_reason": "cap of 3 reached", "interval_method": "median[3..3] natural scale"
-                + (RESOLUTION_METHOD if clock else ""), "clock_error": clock}
+    def rec(label: str, clock: float) -> ConfigRepetitions:
+        return ConfigRepetitions(
+            config_id=label, label=label, ok=3, failed=0, attempts=3, failed_of="0 failed of 3", main_metric="kbps",
+            zero_values=0, stop_reason="cap of 3 reached",
+            interval_method="median[3..3] natural scale" + (RESOLUTION_METHOD if clock else ""), clock_error=clock,
+            checks=[])
     table = section([rec("a", 0.002), rec("b", 0.059), rec("c", 0.031), rec("d", 0.0)]).blocks[0]
     notes = [n.text for n in table.notes]
     assert len(notes) == 1 and notes[0].startswith("2 of 4 configurations") and "3.1% to 5.9%" in notes[0] \

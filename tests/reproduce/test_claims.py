@@ -22,9 +22,15 @@ VERDICTS = {HOLDS, DIFFERS, UNDECIDED, UNTESTABLE}
 
 
 def trial(workload: dict[str, Any], metrics: dict[str, float], target: dict[str, Any] | None = None,
-          labels: dict[str, Any] | None = None, probes: dict[str, Any] | None = None, i: int = 0) -> dict[str, Any]:
+          labels: dict[str, Any] | None = None, probes: dict[str, Any] | None = None, i: int = 0,
+          manifest: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"id": f"t{i}", "status": "ok", "params": {**(labels or {}), "_workload": workload, "_target": target or {}},
-            "metrics": metrics, "probes": probes or {}, "flags": [], "manifest": {}}
+            "metrics": metrics, "probes": probes or {}, "flags": [], "manifest": manifest or {}}
+
+
+def on(accel: str) -> dict[str, Any]:
+    """A guest trial's manifest: the accelerator its target recorded (what every study's `accel` is)."""
+    return {"target": {"accel": accel}}
 
 
 def doc(trials: list[dict[str, Any]], findings: dict[str, Any] | None = None, run_id: str = "r",
@@ -51,10 +57,10 @@ def virtio_doc(virtio: float, ide_big: float, ide_4k: float, accel: str = "kvm",
                 w = {"kind": "iozone", "test": test, "record": rec}
                 ts.append(trial(w, {"kbps": base * x}, labels={"target": "host", "test": test, "record": rec}, i=k))
                 ts.append(trial(w, {"kbps": base * virtio * x},
-                                labels={"target": "virtio-blk", "test": test, "record": rec}, i=k))
+                                labels={"target": "virtio-blk", "test": test, "record": rec}, i=k, manifest=on(accel)))
                 ts.append(trial(w, {"kbps": base * ide * x},
-                                labels={"target": "ide", "test": test, "record": rec}, i=k))
-    return doc(ts, {"accel": accel})
+                                labels={"target": "ide", "test": test, "record": rec}, i=k, manifest=on(accel)))
+    return doc(ts)
 
 
 def test_r1_under_kvm_follows_the_bands() -> None:
@@ -101,7 +107,7 @@ def writemodes_doc(speedup: float, knee: int, sizes: list[int], noise: tuple[flo
         for k, x in enumerate(noise):
             ts.append(trial({"kind": "writemode", "mode": "o_sync", "bs": bs},
                             {"throughput_mib_s": level * x, "syscalls_per_s": 2000 * x}, i=k))
-    return doc(ts, {"knee_fraction": 0.9})
+    return doc(ts)
 
 
 def test_r2_block_size_and_knee() -> None:
@@ -131,15 +137,22 @@ def test_r2_straddling_intervals_are_undecided() -> None:
 
 
 # -- R3 -------------------------------------------------------------------------------------------
-def syncamp_doc(plain: tuple[float, ...], ext4: tuple[float, ...]) -> dict[str, Any]:
-    from iolab.studies.sync_amplification.spec import DEFAULTS
+def syncamp_trials(plain: tuple[float, ...], ext4: tuple[float, ...], accel: str = "tcg") -> list[dict[str, Any]]:
+    """Counted trials of qcow2 append, each of 64 guest fdatasyncs: `plain` (no guest fs) and `ext4`
+    host syncs per guest sync, one per trial; one L2 update per sync; ext4 doubles the guest's flushes."""
+    ts = []
+    for fs, factors in (("none", plain), ("ext4", ext4)):
+        for k, f in enumerate(factors):
+            probes = {"qemu_syscalls": {"host_fdatasync_total": f * 64, "causes": {"qcow2_l2_update": 64}},
+                      "guest_disk": {"flushes": 128 if fs == "ext4" else 64}}
+            ts.append(trial({"kind": "sync-writes", "pattern": "append"}, {"guest_syncs": 64.0},
+                            {"kind": "qemu", "format": "qcow2", "guest_fs": fs}, probes=probes, i=k,
+                            manifest=on(accel)))
+    return ts
 
-    def row(fs: str, factors: tuple[float, ...]) -> dict[str, Any]:
-        return {"format": "qcow2", "pattern": "append", "guest_fs": fs, "options": dict(DEFAULTS),
-                "factor_host_syncs": sum(factors) / len(factors), "factor_host_syncs_per_trial": list(factors),
-                "guest_fdatasync": 64, "guest_flushes": 128 if fs == "ext4" else 64, "causes": {"qcow2_l2_update": 64}}
-    return doc([trial({"kind": "sync-writes"}, {})], {"accel": "tcg", "amplification": [row("none", plain),
-                                                                                         row("ext4", ext4)]})
+
+def syncamp_doc(plain: tuple[float, ...], ext4: tuple[float, ...]) -> dict[str, Any]:
+    return doc(syncamp_trials(plain, ext4))
 
 
 def test_r3_counts_decide_even_under_tcg() -> None:
@@ -160,12 +173,12 @@ def test_r3_counts_that_vary_across_the_band_are_undecided() -> None:
 
 
 def _cost_doc(values: dict[tuple[str, str], list[float]], tcg: bool) -> dict[str, Any]:
-    from iolab.studies.sync_amplification.cost import analyze_cost
     from tests.studies.test_sync_cost import _doc
 
     d = _doc(values)
-    d.update(run_id="r3", status="complete", findings={"accel": "tcg" if tcg else "kvm",
-                                                       "cost": analyze_cost(d, tcg)})
+    for t in d["trials"]:
+        t["manifest"] = on("tcg" if tcg else "kvm")
+    d.update(run_id="r3", status="complete", findings={})
     return d
 
 
@@ -196,23 +209,20 @@ def weights_doc(ratios: tuple[float, float, float], errors: dict[int, float] | N
     share error per N (`errors`)."""
     ts = []
     per_n = {4: 0.1, **(errors or {})}
+    # BFQ on a device of 256 requests, enforcing weights; 256 requests in flight: tag pressure at every N
+    manifest = {"target": {"cgroups": {"backend": "v1-bfq", "cgroup_version": 1, "enforces_weights": True},
+                           "device": {"nr_requests": "256", "scheduler": "bfq"}}}
     for n, err in per_n.items():
         for k, x in enumerate(noise):
             m = {f"ratio_{c}": r * x for c, r in zip(("200", "400", "800"), ratios, strict=True)}
-            m.update(ratio_100=1.0, max_abs_log2_error=err * x)
-            ts.append(trial({"kind": "fio-groups", "groups": n, "tenant": "off"}, m, {"controller": "bfq"}, i=k))
+            m.update(ratio_100=1.0, max_abs_log2_error=err * x, iodepth_total=256.0, tag_limit_min=4.0)
+            ts.append(trial({"kind": "fio-groups", "groups": n, "tenant": "off"}, m, {"controller": "bfq"}, i=k,
+                            manifest=manifest))
             if tenant and n == 4:
                 w = {"kind": "fio-groups", "groups": 4, "tenant": "beside", "tenant_app": app or "db_bench"}
-                ts.append(trial(w, dict(m), {"controller": "bfq"}, {"workload": "tenant"}, i=k))
-    f: dict[str, Any] = {"controller": "bfq", "ratio_tolerance": 0.15, "by_groups": {str(n): {} for n in per_n},
-                         "breakdown_n": min((n for n, e in per_n.items() if e > math.log2(1.5)), default=None),
-                         "breakdown_bracket": [None, None],
-                         "breakdown_signals": {"tag_pressure": True, "iodepth_total": 256, "nr_requests": 256,
-                                               "bfq_tag_limit_min": 4.0}}
-    if tenant:
-        f["tenant"] = {"app": app or "db_bench", "beside": {"tenant_ops_s": {"mean": 1234.0},
-                                                             "tenant_read_p99_us": {"mean": 5678.0}}}
-    return doc(ts, f)
+                ts.append(trial(w, {**m, "tenant_ops_s": 1234.0, "tenant_read_p99_us": 5678.0}, {"controller": "bfq"},
+                                {"workload": "tenant"}, i=k, manifest=manifest))
+    return doc(ts)
 
 
 def test_r4_ratios_break_point_and_tenant() -> None:
@@ -251,13 +261,15 @@ def profile_doc(cpu: float, disk: float, accel: str = "kvm", noise: tuple[float,
     ts = []
     for system, f_cpu, f_disk in (("performance", 1.0, 1.0), ("encrypted", cpu, disk)):
         for k, x in enumerate(noise):
-            tgt, lab = {"kind": "qemu", "name": system, "accel": accel}, {"target": system}
-            ts.append(trial({"kind": "sysbench-cpu", "threads": 1}, {"events_per_s": 1000 * f_cpu * x}, tgt, lab, i=k))
-            ts.append(trial({"kind": "primes"}, {"primes_1e8_s": 10 / f_cpu * x}, tgt, lab, i=k))
-            ts.append(trial({"kind": "stream"}, {"triad_mb_s": 5000 * x, "copy_mb_s": 6000 * x}, tgt, lab, i=k))
+            tgt, lab, mf = {"kind": "qemu", "name": system, "accel": accel}, {"target": system}, on(accel)
+            ts.append(trial({"kind": "sysbench-cpu", "threads": 1}, {"events_per_s": 1000 * f_cpu * x}, tgt, lab, i=k,
+                            manifest=mf))
+            ts.append(trial({"kind": "primes"}, {"primes_1e8_s": 10 / f_cpu * x}, tgt, lab, i=k, manifest=mf))
+            ts.append(trial({"kind": "stream"}, {"triad_mb_s": 5000 * x, "copy_mb_s": 6000 * x}, tgt, lab, i=k,
+                            manifest=mf))
             for rw in ("randread", "read"):
-                ts.append(trial({"kind": "fio", "rw": rw}, {"read_iops": 900 * f_disk * x}, tgt, lab, i=k))
-    return doc(ts, {"accel": accel})
+                ts.append(trial({"kind": "fio", "rw": rw}, {"read_iops": 900 * f_disk * x}, tgt, lab, i=k, manifest=mf))
+    return doc(ts)
 
 
 def test_r5_cpu_memory_disk() -> None:
@@ -299,10 +311,8 @@ def wide_children() -> dict[str, dict[str, Any]]:
              ("varmail", "qcow2"): [100.0, 100.0, 100.0], ("varmail", "raw"): [66.0, 120.0, 174.0]}
     return {"virtio": virtio_doc(0.7, 0.45, 0.45, noise=WIDE),
             "write-modes": writemodes_doc(3, 128 << 10, grid, WIDE),
-            "sync-amplification": {**_cost_doc(noisy, tcg=False),
-                                   "findings": {**_cost_doc(noisy, tcg=False)["findings"],
-                                                **syncamp_doc((2.0, 3.0, 4.0), (3.0, 6.0, 9.0))["findings"],
-                                                "accel": "kvm"}},
+            "sync-amplification": doc(_cost_doc(noisy, tcg=False)["trials"]
+                                      + syncamp_trials((2.0, 3.0, 4.0), (3.0, 6.0, 9.0), accel="kvm")),
             "cgroup-weights": weights_doc(edge, err, tenant=True, noise=WIDE),
             "vm-profile": profile_doc(1.0, 1.0, noise=WIDE)}
 

@@ -183,9 +183,13 @@ def test_memory_sizing_is_reported_per_system() -> None:
                       _stream_trial("small", 72, True, "arrays 3 x 72 MiB: would not fit", 0),
                       _stream_trial("small", 80, True, "arrays 3 x 80 MiB: would not fit", 1)]}
     ms = vm_profile.analysis.memory_sizing(doc)
-    assert ms["host"] == {"array_mib": [128], "reduced": False, "reason": "arrays 3 x 128 MiB: 4 x LLC fits"}
-    assert ms["small"]["array_mib"] == [72, 80] and ms["small"]["reduced"]
-    notes = {n.text: n.level for n in vm_profile.presentation._method_notes({"memory_sizing": ms})}
+    assert ms["host"].to_json() == {"array_mib": [128], "reduced": False,
+                                    "reason": "arrays 3 x 128 MiB: 4 x LLC fits"}
+    assert ms["small"].array_mib == [72, 80] and ms["small"].reduced
+    # only what the method notes read (model_construct: no other field is needed or validated)
+    findings = vm_profile.analysis.VmProfileFindings.model_construct(  # type: ignore[call-arg]
+        memory_sizing=ms, profiles={})
+    notes = {n.text: n.level for n in vm_profile.presentation._method_notes(findings)}
     assert notes["Memory sizing, host: arrays 3 x 128 MiB: 4 x LLC fits"] == "info"
     assert notes["Memory sizing, small: arrays 72 MiB / 80 MiB (the size differed between repetitions); "
                  "arrays 3 x 80 MiB: would not fit"] == "warn"

@@ -12,14 +12,15 @@ MiB = 1 << 20
 
 
 def _helper(mode: str, bs: int, mib_s: float, commits: int, calls: int = 512) -> dict[str, Any]:
-    return {"params": {"_workload": {"kind": "writemode", "mode": mode, "bs": bs}}, "status": "ok",
+    return {"id": f"helper{mode}{bs}-r0", "params": {"_workload": {"kind": "writemode", "mode": mode, "bs": bs}},
+            "status": "ok",
             "metrics": {"throughput_mib_s": mib_s, "calls": calls},
             "probes": {"fs_journal": {"commits": commits}, "host_disk": {"flushes": commits}}, "flags": []}
 
 
 def _fio(mode: str, bs: int, mib_s: float, commits: int, before: int, ios: int = 512,
          flags: list[str] | None = None) -> dict[str, Any]:
-    return {"params": {"_workload": {"kind": "fio", "bs": bs, "direct": mode == "o_direct",
+    return {"id": f"fio{mode}{bs}-r0", "params": {"_workload": {"kind": "fio", "bs": bs, "direct": mode == "o_direct",
                                      "sync": mode == "o_sync"}}, "status": "ok",
             "metrics": {"write_bw_mib_s": mib_s, "write_ios": ios},
             "probes": {"fs_journal": {"commits": commits}, "host_disk": {"flushes": commits}},
@@ -73,6 +74,7 @@ def test_a_wide_interval_is_undecided_not_agreement() -> None:
     assert row["verdict"] == "undecided"
     assert row["reason"].startswith("undecided") and "0.80–1.25" in row["reason"]
     assert "more repetition" in row["reason"] and row["decide"]["configurations"], row
+    assert row["decide"]["config_ids"] == ["helpero_direct65536", "fioo_direct65536"], row  # where a budget spends
 
 
 def test_verdict_band_edges() -> None:

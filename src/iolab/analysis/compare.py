@@ -54,7 +54,7 @@ from iolab.analysis.questions import holm_over_questions
 from iolab.analysis.runlevel import DEFAULT_FLOOR, Reference, RunStat
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import LogRatio, finite
-from iolab.analysis.trials import by_config, label_text, relative_resolution, workload_of
+from iolab.analysis.trials import by_config, label_text, metric_set_of, relative_resolution
 from iolab.core import metrics
 
 __all__ = ["ENVIRONMENT", "compare_runs", "environment_differences", "schedulers"]
@@ -90,7 +90,7 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
     for cid in [c for c in ga if c in gb]:
         ta, tb = ga[cid], gb[cid]
         oa, ob = [t for t in ta if t["status"] == "ok"], [t for t in tb if t["status"] == "ok"]
-        declared = metrics.for_workload(workload_of(ta[0]))
+        declared = metric_set_of(ta).merged(metric_set_of(tb))  # as each run's trials stored them, A's first
         names = sorted({m for t in oa + ob for m in t["metrics"]})
         for m in [n for n in names if not metric_names or n in metric_names]:
             decl = declared.get(m)

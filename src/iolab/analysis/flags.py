@@ -9,7 +9,9 @@ reaches a reader as a bare name.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+
+from iolab.analysis.record import Record
+from iolab.analysis.trials import Trial
 
 # name -> (what it does to the number, what to do)
 CATALOGUE: dict[str, tuple[str, str]] = {
@@ -84,7 +86,19 @@ def name_of(flag: str) -> str:
     return flag.split(":", 1)[0].strip()
 
 
-def details(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+class FlagDetail(Record):
+    """One flag name over a configuration's trials: an example of its measured detail, how many
+    trials raised it, and the catalogue's meaning and advice."""
+
+    flag: str
+    detail: str
+    trials: int
+    of: int
+    meaning: str
+    advice: str
+
+
+def details(trials: list[Trial]) -> list[FlagDetail]:
     """One entry per flag name over these trials: an example of its measured detail, how many
     trials raised it, and the catalogue's meaning and advice."""
     seen: dict[str, list[str]] = defaultdict(list)
@@ -95,19 +109,19 @@ def details(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for name, raised in sorted(seen.items()):
         meaning, advice = CATALOGUE.get(name, ("", ""))
         detail = raised[0].split(":", 1)[1].strip() if ":" in raised[0] else ""
-        out.append({"flag": name, "detail": detail, "trials": len(raised), "of": len(trials),
-                    "meaning": meaning, "advice": advice})
+        out.append(FlagDetail(flag=name, detail=detail, trials=len(raised), of=len(trials), meaning=meaning,
+                              advice=advice))
     return out
 
 
-def sentence(d: dict[str, Any]) -> str:
+def sentence(d: FlagDetail) -> str:
     """'generator_cpu_bound (2 of 3 trials): fio used 0.98 cores … — the load generator used a whole
     CPU: …; what to do: …'"""
-    text = f"{d['flag']} ({d['trials']} of {d['of']} trials)"
-    if d["detail"]:
-        text += f": {d['detail']}"
-    if d["meaning"]:
-        text += f" — {d['meaning']}"
-    if d["advice"] and d["advice"] != "—":
-        text += f"; what to do: {d['advice']}"
+    text = f"{d.flag} ({d.trials} of {d.of} trials)"
+    if d.detail:
+        text += f": {d.detail}"
+    if d.meaning:
+        text += f" — {d.meaning}"
+    if d.advice and d.advice != "—":
+        text += f"; what to do: {d.advice}"
     return text

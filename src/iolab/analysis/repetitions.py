@@ -10,17 +10,18 @@ from typing import Any
 import numpy as np
 
 from iolab.analysis import calibration, checks
+from iolab.analysis.record import Record
 from iolab.analysis.sequential import design_of, method_of
 from iolab.analysis.stats import RESOLUTION_METHOD
 from iolab.analysis.trials import (
+    Doc,
     by_config,
     label_text,
     main_metric_of,
+    metric_set_of,
     relative_resolution,
     settings_of,
-    workload_of,
 )
-from iolab.core import metrics
 from iolab.report.model import Note, Section, Table
 from iolab.runner.plan import StopRule
 from iolab.studies.spec import StudySettings
@@ -35,9 +36,27 @@ def failed_text(failed: int, attempts: int) -> str:
     return f"{failed} failed of {attempts}"
 
 
-def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """One record per configuration: {config_id, label, ok, failed, attempts, failed_of,
-    main_metric, zero_values, stop_reason, interval_method, clock_error}."""
+class ConfigRepetitions(Record):
+    """One configuration's repetitions: how many succeeded and failed, the metric that decided when
+    to stop and why it stopped there, the interval method, the tool's clock error on that metric
+    and the run-order checks that tripped (findings.repetitions)."""
+
+    config_id: str
+    label: str
+    ok: int
+    failed: int
+    attempts: int
+    failed_of: str
+    main_metric: str | None
+    zero_values: int
+    stop_reason: str
+    interval_method: str
+    clock_error: float
+    checks: list[str]
+
+
+def configurations(doc: Doc) -> list[ConfigRepetitions]:
+    """One record per configuration, from its stored trials and the declarations they carry."""
     settings = settings_of(doc) or StudySettings(name="unknown")
     design = design_of(doc)
     spent = bool(((doc.get("extra") or {}).get("budget") or {}).get("exhausted"))  # a time budget ran out
@@ -45,9 +64,8 @@ def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
     for cid, trials in by_config(doc).items():
         ok = [t for t in trials if t["status"] == "ok"]
         failed = len(trials) - len(ok)
-        workload = workload_of(trials[0])
-        main = main_metric_of(workload, settings)
-        decl = metrics.for_workload(workload).get(main) if main else None
+        main = main_metric_of(trials, settings)
+        decl = metric_set_of(trials).get(main) if main else None
         values = [_num(t["metrics"].get(main)) for t in ok] if main else []
         rule = StopRule.of(settings, decl)
         zeros = sum(1 for v in values if v == 0.0)
@@ -57,15 +75,12 @@ def configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
                            "natural scale")
         data = [v for v in values if math.isfinite(v)]
         trips = list(checks.names(checks.tripped(np.asarray(data), calibration.check_thresholds(len(data)))))
-        out.append({
-            "config_id": cid, "label": label_text(trials[0], cid), "ok": len(ok), "failed": failed,
-            "attempts": len(trials), "failed_of": failed_text(failed, len(trials)), "main_metric": main,
-            "zero_values": zeros,
-            "stop_reason": (f"skipped by the study's hook: {skipped.split(': ', 1)[-1]}" if skipped and not ok
-                            else _under_budget(rule.stop_reason(values, failed), spent)),
-            "interval_method": method + (RESOLUTION_METHOD if clock > 0 else ""),
-            "clock_error": clock, "checks": trips,
-        })
+        out.append(ConfigRepetitions(
+            config_id=cid, label=label_text(trials[0], cid), ok=len(ok), failed=failed, attempts=len(trials),
+            failed_of=failed_text(failed, len(trials)), main_metric=main, zero_values=zeros,
+            stop_reason=(f"skipped by the study's hook: {skipped.split(': ', 1)[-1]}" if skipped and not ok
+                         else _under_budget(rule.stop_reason(values, failed), spent)),
+            interval_method=method + (RESOLUTION_METHOD if clock > 0 else ""), clock_error=clock, checks=trips))
     return out
 
 
@@ -80,17 +95,16 @@ def _num(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
-def _clock_notes(records: list[dict[str, Any]]) -> list[Note]:
+def _clock_notes(records: list[ConfigRepetitions]) -> list[Note]:
     """One note for every configuration whose tool clock moves its main metric by more than 1 %:
     how many, the range, the worst; the table's clock-error column has each."""
-    coarse = sorted((r for r in records if r.get("clock_error", 0.0) > SHORT_CLOCK_ERROR),
-                    key=lambda r: r["clock_error"])
+    coarse = sorted((r for r in records if r.clock_error > SHORT_CLOCK_ERROR), key=lambda r: r.clock_error)
     if not coarse:
         return []
     worst = coarse[-1]
     return [Note(f"{len(coarse)} of {len(records)} configurations timed passes of a few milliseconds: the tool's clock "
-                 f"alone moves their main metric by {coarse[0]['clock_error']:.1%} to {worst['clock_error']:.1%} "
-                 f"(worst: {worst['label']}). Their intervals include that error; a longer pass narrows it, more "
+                 f"alone moves their main metric by {coarse[0].clock_error:.1%} to {worst.clock_error:.1%} "
+                 f"(worst: {worst.label}). Their intervals include that error; a longer pass narrows it, more "
                  "repetitions do not.", "warn")]
 
 
@@ -103,17 +117,17 @@ INTRO = ("Each number is the median of its configuration's successful repetition
          "(docs/statistics.md).")
 
 
-def section(records: list[dict[str, Any]]) -> Section:
+def section(records: list[ConfigRepetitions]) -> Section:
     """The report's 'Repetitions' section: n, failures, the stop reason and the interval method."""
-    rows = [[r["label"], r["ok"], r["failed_of"], r["main_metric"] or "—", r["stop_reason"], r["interval_method"],
-             f"±{r['clock_error']:.1%}" if r.get("clock_error") else "—", ", ".join(r.get("checks") or []) or "—"]
+    rows = [[r.label, r.ok, r.failed_of, r.main_metric or "—", r.stop_reason, r.interval_method,
+             f"±{r.clock_error:.1%}" if r.clock_error else "—", ", ".join(r.checks) or "—"]
             for r in records]
-    notes = [Note(f"{r['label']}: {r['zero_values']} trial(s) measured {r['main_metric']} = 0 (a stall); "
-                  "it is in the estimate and its interval, never dropped", "warn") for r in records if r["zero_values"]]
-    notes += [Note(f"{r['label']}: {r['failed_of']} attempts failed; failed attempts are not in any estimate "
-                   "(see Trials for their errors)", "warn") for r in records if r["failed"]]
-    notes += [Note(f"{r['label']}: {r['main_metric']}: " + "; ".join(f"{c} — {checks.MEANING[c]}" for c in r["checks"])
-                   + ": no 95 % is claimed for it", "warn") for r in records if r.get("checks")]
+    notes = [Note(f"{r.label}: {r.zero_values} trial(s) measured {r.main_metric} = 0 (a stall); "
+                  "it is in the estimate and its interval, never dropped", "warn") for r in records if r.zero_values]
+    notes += [Note(f"{r.label}: {r.failed_of} attempts failed; failed attempts are not in any estimate "
+                   "(see Trials for their errors)", "warn") for r in records if r.failed]
+    notes += [Note(f"{r.label}: {r.main_metric}: " + "; ".join(f"{c} — {checks.MEANING[c]}" for c in r.checks)
+                   + ": no 95 % is claimed for it", "warn") for r in records if r.checks]
     notes += _clock_notes(records)
     return Section("Repetitions", [Table("Repetitions per configuration",
                                          ["configuration", "n ok", "failed", "stopping metric", "why it stopped here",

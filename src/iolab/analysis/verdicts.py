@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from iolab.analysis.trials import config_of
+from iolab.core.model import config_id_of_trial  # not analysis.trials: its models need this module
 
 HOLDS, DIFFERS, UNDECIDED, UNTESTABLE = "holds", "differs", "undecided", "not testable here"
 VERDICTS = (HOLDS, DIFFERS, UNDECIDED, UNTESTABLE)
@@ -133,7 +133,7 @@ class ReportedVerdict:
 
 def config_ids_of(trials: Iterable[dict[str, Any]]) -> tuple[str, ...]:
     """The configuration ids of these trials (a trial id is '<config id>-r<repetition>'), in order."""
-    return tuple(dict.fromkeys(config_of(t) for t in trials))
+    return tuple(dict.fromkeys(config_id_of_trial(t["id"]) for t in trials))
 
 
 def more_needed(band: Band, project: Callable[[int], tuple[float, float]], current: int,

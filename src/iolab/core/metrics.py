@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -148,6 +148,17 @@ class Metric:
         return {"unit": self.unit, "direction": self.direction, "aggregate": self.aggregate,
                 "domain": self.range.name, "estimand": self.estimand, "description": self.description}
 
+    @classmethod
+    def from_dict(cls, name: str, d: Any) -> Metric:
+        """The declaration `as_dict` stored for the concrete metric `name`; ValueError if it is not one."""
+        if not isinstance(d, dict) or d.get("domain") not in DOMAINS:
+            raise ValueError(f"metric {name}: not a stored declaration: {d!r}")
+        direction, aggregate = d.get("direction"), d.get("aggregate", "mean")
+        if direction not in DIRECTIONS or aggregate not in AGGREGATES:
+            raise ValueError(f"metric {name}: not a stored declaration: {d!r}")
+        return cls(name, str(d.get("unit", "")), direction, str(d.get("description") or ""), aggregate,
+                   DOMAINS[d["domain"]])
+
 
 def _pattern_regex(name: str) -> str:
     out, pos = [], 0
@@ -230,9 +241,86 @@ RUNNER_METRICS: tuple[Metric, ...] = (
 
 
 def for_workload(workload: dict[str, Any]) -> MetricSet:
-    """The declarations that apply to a trial of this workload configuration (its `_workload`)."""
+    """The declarations that apply to a trial of this workload configuration (its `_workload`),
+    from today's workload class: what the runner stores with each trial (`TrialDeclarations`), and
+    how a trial stored before that is read."""
     kind = workload.get("kind")
     if not isinstance(kind, str) or kind not in registry.WORKLOADS:
         return MetricSet(RUNNER_METRICS)
     return registry.workload_class(kind).metric_set(workload)
 
+
+@dataclass(frozen=True)
+class TrialDeclarations:
+    """What a trial's values mean, stored with them (`trials[].manifest.declarations`), like
+    PerfKitBenchmarker's Sample(metric, value, unit, metadata): the declaration of every metric
+    and probe value the trial holds, its main metric, and which probe keys are not measurements.
+    So a stored run is read with the meaning it was measured with, by code that imports no
+    workload or probe (an old run's meaning no longer depends on today's classes). The value's
+    resolution stays where the workload records it per trial (`manifest.resolution`).
+
+    A name the trial holds without a declaration here had none when it ran: it is undeclared."""
+
+    main_metric: str | None
+    metrics: dict[str, Metric]
+    probes: dict[str, dict[str, Metric]] = field(default_factory=dict)
+    probe_attributes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    KEY = "declarations"  # the manifest key
+
+    @classmethod
+    def record(cls, main_metric: str | None, declared: MetricSet, names: Iterable[str],
+               probes: Mapping[str, tuple[MetricSet, tuple[str, ...], Iterable[str]]] | None = None
+               ) -> TrialDeclarations:
+        """The declarations of the concrete `names` a trial produced (and of its main metric, which
+        a failed trial needs too); `probes`: {probe: (its declarations, its attribute keys, the
+        numeric keys of its result)}."""
+        wanted = [*names, *([main_metric] if main_metric else [])]
+        found = {n: m for n in dict.fromkeys(wanted) if (m := declared.get(n)) is not None}
+        pdecl: dict[str, dict[str, Metric]] = {}
+        pattrs: dict[str, tuple[str, ...]] = {}
+        for probe, (ms, attributes, keys) in (probes or {}).items():
+            pdecl[probe] = {k: m for k in keys if (m := ms.get(k)) is not None}
+            pattrs[probe] = tuple(attributes)
+        return cls(main_metric, {n: replace(m, name=n) for n, m in found.items()},
+                   {p: {k: replace(m, name=k) for k, m in d.items()} for p, d in pdecl.items()}, pattrs)
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"main_metric": self.main_metric, "metrics": {n: m.as_dict() for n, m in self.metrics.items()},
+                "probes": {p: {k: m.as_dict() for k, m in d.items()} for p, d in self.probes.items()},
+                "probe_attributes": {p: list(a) for p, a in self.probe_attributes.items()}}
+
+    @classmethod
+    def from_manifest(cls, manifest: Any) -> TrialDeclarations | None:
+        """The stored declarations of a trial's manifest; None for a trial stored before they were
+        (or a record that is not one: then the trial is read as an old one)."""
+        d = manifest.get(cls.KEY) if isinstance(manifest, dict) else None
+        if not isinstance(d, dict) or not isinstance(d.get("metrics"), dict):
+            return None
+        try:
+            main = d.get("main_metric")
+            return cls(main if isinstance(main, str) else None,
+                       {n: Metric.from_dict(n, m) for n, m in d["metrics"].items()},
+                       {p: {k: Metric.from_dict(k, m) for k, m in ms.items()}
+                        for p, ms in (d.get("probes") or {}).items()},
+                       {p: tuple(str(a) for a in attrs) for p, attrs in (d.get("probe_attributes") or {}).items()})
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+    def metric_set(self) -> MetricSet:
+        return MetricSet(self.metrics.values())
+
+
+def numeric_keys(result: Any, prefix: str = "") -> list[str]:
+    """Names of the numbers in a probe's result: top-level keys, and 'key.entry' one level down."""
+    out: list[str] = []
+    if not isinstance(result, dict):
+        return out
+    for k, v in result.items():
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, (int, float)):
+            out.append(f"{prefix}{k}")
+        elif isinstance(v, dict) and not prefix:
+            out += numeric_keys(v, f"{k}.")
+    return out

@@ -65,6 +65,11 @@ class Trial:
         return f"{self.config.id}-r{self.repetition}"
 
 
+def config_id_of_trial(trial_id: str) -> str:
+    """The configuration id inside a trial id (`Trial.id`: '<config id>-r<repetition>')."""
+    return str(trial_id).rsplit("-r", 1)[0]
+
+
 @dataclass
 class TrialResult:
     trial_id: str

@@ -81,22 +81,28 @@ def analysed(store: Store, run: RunRecord, report_dir: Path | None = None
 def analyse_document(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[Section]]:
     """The study's findings and sections, plus what every study gets: the declarations of the
     metrics it holds (unit, direction) and a Repetitions section (n, failures, stop reason).
-    A reproduction has no trials of its own: its findings come from its children."""
+    A reproduction has no trials of its own: its findings come from its children. The study's
+    findings are typed (analysis/findings.py); the document holds their JSON (docs/results.md)
+    and the presentation reads the typed value."""
     analysis = (doc.get("spec", {}).get("study") or {}).get("analysis", "generic")
     module = builtin.analysis_module(analysis)
     try:
         if doc.get("children") is not None:
-            doc["findings"] = module.analyze(doc)
-            summary, sections = module.present(doc, doc["findings"])
+            if not hasattr(module, "findings"):  # the A/B verdict (report/ab.py): its rows are typed in analysis/ab.py
+                doc["findings"] = module.analyze(doc)
+                return (doc, *module.present(doc, doc["findings"]))
+            findings = module.findings(doc)
+            doc["findings"] = findings.to_json()
+            summary, sections = module.present(doc, findings)
             return doc, summary, sections
         if not doc["trials"]:
             doc["findings"] = {}
             return doc, ["no trials ran"], []
-        doc["findings"] = module.analyze(doc)
+        findings = module.findings(doc)  # first: some analyses label the trials they read (iozone's system)
         records = repetitions.configurations(doc)
-        doc["findings"]["repetitions"] = records
-        doc["findings"]["metric_declarations"] = declarations(doc)
-        summary, sections = module.present(doc, doc["findings"])
+        findings = findings.model_copy(update={"repetitions": records, "metric_declarations": declarations(doc)})
+        doc["findings"] = findings.to_json()
+        summary, sections = module.present(doc, findings)
         tail = [repetitions.section(records)]
         budget = (doc.get("extra") or {}).get("budget")
         if isinstance(budget, dict):  # a run with a time budget: what it decided and what it left open

@@ -31,11 +31,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
+from iolab.analysis.findings import Findings
+from iolab.analysis.record import Decided, Est, Record, finite_or_none
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate, mover_ratio
-from iolab.analysis.trials import relative_resolution
+from iolab.analysis.trials import Doc, Params, Trial, relative_resolution
 from iolab.analysis.verdicts import (
     DIFFERS,
     HOLDS,
@@ -49,13 +51,17 @@ from iolab.analysis.verdicts import (
     config_ids_of,
 )
 from iolab.studies import builtin
-from iolab.studies.cgroup_weights.analysis import BREAK_LOG2
+from iolab.studies.cgroup_weights import analysis as cgroup_weights
+from iolab.studies.cgroup_weights.analysis import BREAK_LOG2, CgroupWeightsFindings, GroupsAtN, Signals
 from iolab.studies.common import ok_trials
+from iolab.studies.sync_amplification import analysis as sync_amplification
+from iolab.studies.sync_amplification.analysis import AmpRow, SyncAmplificationFindings
 from iolab.studies.sync_amplification.cost import gain_text, verdict_rows
 from iolab.studies.sync_amplification.spec import COUNT_WORKLOAD, DEFAULTS
 from iolab.studies.vm_profile.analysis import collect, system_of, trial_metrics
+from iolab.studies.write_modes import analysis as write_modes
+from iolab.studies.write_modes.analysis import WriteModesFindings
 
-Doc = dict[str, Any]
 ALPHA = 0.05
 __all__ = ["HOLDS", "DIFFERS", "UNDECIDED", "UNTESTABLE", "CLAIMS", "evaluate"]
 
@@ -77,13 +83,37 @@ class Verdict:
     verdict: str
     value: str     # what was measured, for the table ("0.83 [0.78, 0.88]")
     reason: str    # one sentence, from measurements
-    estimate: dict[str, Any] | None = None
+    estimate: Estimate | None = None
     intervals: int = 0  # the intervals this verdict read (its share of the page's family)
     decide: Decision | None = None  # undecided: what would decide it
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "value": self.value, "reason": self.reason, "estimate": self.estimate,
-                "intervals": self.intervals, "decide": self.decide.as_dict() if self.decide else None}
+
+class ClaimRow(Record):
+    """One claim's row on the page (findings.claims): the claim, this machine's value, the verdict,
+    its reason, the intervals it read and, when undecided, what would decide it."""
+
+    id: str
+    reference: str
+    study: str
+    claim: str
+    rule: str
+    verdict: str
+    value: str
+    reason: str
+    estimate: Est | None
+    intervals: int
+    decide: Decided | None
+    run_id: str | None
+
+
+class PageFamily(Record):
+    """How the page's verdicts control their error together (findings.family)."""
+
+    verdicts: int
+    intervals: int
+    alpha: float
+    per_interval: float
+    method: str
 
 
 @dataclass(frozen=True)
@@ -129,11 +159,10 @@ def undecided_words(decision: Decision | None) -> str:
 
 
 # -- small helpers ---------------------------------------------------------------------------
-def _fmt(e: Estimate | dict[str, Any] | None, digits: int = 2) -> str:
+def _fmt(e: Estimate | None, digits: int = 2) -> str:
     if e is None:
         return "–"
-    mean, lo, hi = ((e.mean, e.lo, e.hi) if isinstance(e, Estimate)
-                    else (e.get("mean"), *(e.get("ci95") or (None, None))))
+    mean, lo, hi = e.mean, e.lo, e.hi
     if mean is None or not math.isfinite(mean):
         return "–"
     def f(x: float | None) -> str:
@@ -143,12 +172,23 @@ def _fmt(e: Estimate | dict[str, Any] | None, digits: int = 2) -> str:
     return f"{mean:.{digits}f} [{f(lo)}, {f(hi)}]"
 
 
+F = TypeVar("F", bound=Findings)
+
+
+def _findings(doc: Doc, model: type[F], compute: Callable[[Doc], F]) -> F:
+    """The study's typed findings of `doc`: as held (typed, or the JSON a report wrote: parsed, so a
+    document whose findings do not have the study's shape is an error, never a silent default), or
+    computed from its trials when it has none."""
+    f = doc.get("findings")
+    if isinstance(f, model):
+        return f
+    return model.from_json(f) if f else compute(doc)
+
+
 def _accel(doc: Doc) -> str | None:
-    accel = (doc.get("findings") or {}).get("accel")
-    if accel:
-        return str(accel)
-    return next((a for t in doc.get("trials") or [] if (a := ((t.get("manifest") or {}).get("target") or {})
-                                                         .get("accel"))), None)
+    """The accelerator the run's guests had, from its trials (what every study's `accel` is)."""
+    return next((str(a) for t in doc.get("trials") or [] if (a := ((t.get("manifest") or {}).get("target") or {})
+                                                              .get("accel"))), None)
 
 
 def _tcg_reason() -> str:
@@ -156,7 +196,7 @@ def _tcg_reason() -> str:
             "emulator, not the device model; needs KVM")
 
 
-def _trials(doc: Doc, where: dict[str, Any], metric: str) -> list[dict[str, Any]]:
+def _trials(doc: Doc, where: Params, metric: str) -> list[Trial]:
     """The ok trials whose params match `where` (labels or _target/_workload keys) and have `metric`."""
     out = []
     for t in ok_trials(doc):
@@ -169,17 +209,17 @@ def _trials(doc: Doc, where: dict[str, Any], metric: str) -> list[dict[str, Any]
     return out
 
 
-def _values(doc: Doc, where: dict[str, Any], metric: str) -> list[float]:
+def _values(doc: Doc, where: Params, metric: str) -> list[float]:
     """Metric values of ok trials whose params match `where`, in run order."""
     return [float(t["metrics"][metric]) for t in _trials(doc, where, metric)]
 
 
-def _label(where: dict[str, Any]) -> str:
+def _label(where: Params) -> str:
     return " ".join(f"{k}={_size(v) if k in ('record', 'bs') and isinstance(v, int) else v}"
                     for k, v in where.items() if k not in ("kind",))
 
 
-def _one(doc: Doc, ctx: Ctx, where: dict[str, Any], metric: str, name: str = "") -> Measured:
+def _one(doc: Doc, ctx: Ctx, where: Params, metric: str, name: str = "") -> Measured:
     """The estimate of one configuration's `metric` (widened by its tool's resolution)."""
     ts = _trials(doc, where, metric)
     vals, rel = [float(t["metrics"][metric]) for t in ts], relative_resolution(ts, metric)
@@ -188,7 +228,7 @@ def _one(doc: Doc, ctx: Ctx, where: dict[str, Any], metric: str, name: str = "")
                     (_label(where),), config_ids_of(ts))
 
 
-def _ratio(doc: Doc, ctx: Ctx, num: dict[str, Any], den: dict[str, Any], metric: str, name: str = "") -> Measured:
+def _ratio(doc: Doc, ctx: Ctx, num: Params, den: Params, metric: str, name: str = "") -> Measured:
     """est(num)/est(den) of one metric between two configurations of the run, widened by the clock
     error of both sides (the ratio the studies show)."""
     a, b = _trials(doc, num, metric), _trials(doc, den, metric)
@@ -219,7 +259,7 @@ def _verdict(items: Sequence[tuple[Measured, Band]], value: str, words: dict[str
     would decide it appended)."""
     v, decision = decide(items)
     reason = words[v] + (undecided_words(decision) if v == UNDECIDED else "")
-    return Verdict(v, value, reason, estimate.as_dict() if estimate else None, len(items), decision)
+    return Verdict(v, value, reason, estimate, len(items), decision)
 
 
 # -- R1: host vs VM, virtio-blk vs emulated (study virtio) ----------------------------------------
@@ -283,7 +323,7 @@ def _r1_host_records(doc: Doc, ctx: Ctx) -> Verdict:
 
 
 # -- R2: write modes and block size (study write-modes) ---------------------------------------------
-def _helper(mode: str, bs: int) -> dict[str, Any]:
+def _helper(mode: str, bs: int) -> Params:
     return {"kind": "writemode", "mode": mode, "bs": bs}
 
 
@@ -317,7 +357,7 @@ def _r2_knee(doc: Doc, ctx: Ctx) -> Verdict:
                                                                           "throughput_mib_s")})
     if not sizes:
         return Verdict(UNTESTABLE, "–", "no o_sync throughput curve")
-    frac = float((doc.get("findings") or {}).get("knee_fraction") or 0.9)
+    frac = _findings(doc, WriteModesFindings, write_modes.findings).knee_fraction
     ms = {b: _one(doc, ctx, _helper("o_sync", b), "throughput_mib_s") for b in sizes}
     curve = {b: m.est for b, m in ms.items()}
     knee = min((b for b in sizes if curve[b].mean >= frac * max(c.mean for c in curve.values())), default=sizes[-1])
@@ -357,33 +397,32 @@ def _size(n: int) -> str:
 
 
 # -- R3: qcow2 sync amplification (study sync-amplification) ------------------------------------------
-def _amp_row(doc: Doc, fmt: str, pattern: str, fs: str) -> dict[str, Any] | None:
-    for r in (doc.get("findings") or {}).get("amplification") or []:
-        if (r["format"], r["pattern"], r["guest_fs"]) == (fmt, pattern, fs) and r["options"] == DEFAULTS:
-            return r
-    return None
+def _amp_row(doc: Doc, fmt: str, pattern: str, fs: str) -> AmpRow | None:
+    f = _findings(doc, SyncAmplificationFindings, sync_amplification.findings)
+    return next((r for r in f.amplification if (r.format, r.pattern, r.guest_fs) == (fmt, pattern, fs)
+                 and r.options == DEFAULTS), None)
 
 
-def _causes(r: dict[str, Any]) -> str:
-    gs = r.get("guest_fdatasync") or 0
-    parts = [f"{k} {v / gs:.2f}" for k, v in sorted((r.get("causes") or {}).items()) if v and gs]
+def _causes(r: AmpRow) -> str:
+    gs = r.guest_fdatasync or 0
+    parts = [f"{k} {v / gs:.2f}" for k, v in sorted(r.causes.items()) if v and gs]
     return f" (per guest sync, qcow2 events: {', '.join(parts)})" if parts else ""
 
 
-def _factors(r: dict[str, Any] | None) -> list[float]:
+def _factors(r: AmpRow | None) -> list[float]:
     """The row's host syncs per guest sync, one per trial (exact counts: no clock, no noise model)."""
-    return [float(v) for v in ((r or {}).get("factor_host_syncs_per_trial") or []) if isinstance(v, (int, float))]
+    return [float(v) for v in (r.factor_host_syncs_per_trial if r else []) if v is not None]
 
 
-def _factor(doc: Doc, ctx: Ctx, r: dict[str, Any]) -> Measured:
+def _factor(doc: Doc, ctx: Ctx, r: AmpRow) -> Measured:
     vals, est = _factors(r), ctx.est(doc)
     ts = [t for t in ok_trials(doc) if t["params"].get("_workload", {}).get("kind") == "sync-writes"
           and t["params"].get("workload", COUNT_WORKLOAD) == COUNT_WORKLOAD
           and (t["params"]["_target"].get("format", "raw"), t["params"]["_workload"].get("pattern"),
-               t["params"]["_target"].get("guest_fs", "none")) == (r["format"], r["pattern"], r["guest_fs"])
+               t["params"]["_target"].get("guest_fs", "none")) == (r.format, r.pattern, r.guest_fs)
           and all(t["params"]["_target"].get(k, v) == v for k, v in DEFAULTS.items())]
-    return Measured(f"fs={r['guest_fs']}", est.estimate(vals), lambda k: est.projected(vals, k),
-                    (f"qcow2 append fs={r['guest_fs']}",), config_ids_of(ts))
+    return Measured(f"fs={r.guest_fs}", est.estimate(vals), lambda k: est.projected(vals, k),
+                    (f"qcow2 append fs={r.guest_fs}",), config_ids_of(ts))
 
 
 def _r3_three(doc: Doc, ctx: Ctx) -> Verdict:
@@ -407,7 +446,7 @@ def _r3_journal(doc: Doc, ctx: Ctx) -> Verdict:
     assert plain is not None and ext4 is not None
     m = _ratio_of(_factor(doc, ctx, ext4), _factor(doc, ctx, plain), "ext4 / none")
     value = f"{_fmt(m.est)}× ({_fmt(_factor(doc, ctx, ext4).est)} / {_fmt(_factor(doc, ctx, plain).est)})"
-    g, gs = ext4.get("guest_flushes") or 0, ext4.get("guest_fdatasync") or 0
+    g, gs = ext4.guest_flushes or 0, ext4.guest_fdatasync or 0
     flushes = f"; the guest's block layer sent {g / gs:.2f} flushes per fdatasync with ext4" if gs else ""
     words = f"the guest ext4 journal multiplies the host syncs by {value}{flushes}"
     return _verdict([(m, Band(1.8, 2.2))], value, {HOLDS: words, DIFFERS: words + ", not 2",
@@ -419,18 +458,18 @@ def _r3_cost(apps: tuple[str, ...]) -> Callable[[Doc, Ctx], Verdict]:
     strongest form) against default qcow2, recomputed from the trials at the page's family level."""
     def evaluate(doc: Doc, ctx: Ctx) -> Verdict:
         tcg = _accel(doc) == "tcg"
-        rows = [a for a in verdict_rows(doc, tcg, ctx.family) if a["app"] in apps and a["configuration"] == "raw"]
+        rows = [a for a in verdict_rows(doc, tcg, ctx.family) if a.app in apps and a.configuration == "raw"]
         if not rows:
             return Verdict(UNTESTABLE, "–", "this run had no cost section for " + ", ".join(apps))
-        value = "; ".join(f"{a['r3_name']} {gain_text(a['measured'])}" for a in rows)
-        reason = "; ".join(f"{a['r3_name']} (R3 {a['r3_gain_pct']:+.1f} %): {a['reason']}" for a in rows)
+        value = "; ".join(f"{a.r3_name} {gain_text(a.measured)}" for a in rows)
+        reason = "; ".join(f"{a.r3_name} (R3 {a.r3_gain_pct:+.1f} %): {a.reason}" for a in rows)
         if tcg:
             return Verdict(UNTESTABLE, value, reason)
-        said = combine(a["verdict"] for a in rows)
-        decide = [a["decide"] for a in rows if a.get("decide")]
+        said = combine(a.verdict for a in rows)
+        decide = [a.decide for a in rows if a.decide]
         decision = max(decide, key=lambda d: (d.more is None, d.more or 0)) if decide and said == UNDECIDED else None
         return Verdict(said, value, reason + (undecided_words(decision) if decision else ""),
-                       rows[0]["measured"] if len(rows) == 1 else None, len(rows), decision)
+                       rows[0].measured if len(rows) == 1 else None, len(rows), decision)
     return evaluate
 
 
@@ -439,7 +478,7 @@ R4_RATIOS = {"200": 2.03, "400": 4.08, "800": 8.12}
 
 
 def _groups(doc: Doc, ctx: Ctx, ctrl: str, n: int | None, tenant: str, metric: str) -> Measured:
-    where: dict[str, Any] = {"kind": "fio-groups", "controller": ctrl, "tenant": tenant}
+    where: Params = {"kind": "fio-groups", "controller": ctrl, "tenant": tenant}
     if n is not None:
         where["groups"] = n
     ts = [t for t in _trials(doc, where, metric) if t["params"].get("workload", "sweep") == "sweep"
@@ -450,8 +489,12 @@ def _groups(doc: Doc, ctx: Ctx, ctrl: str, n: int | None, tenant: str, metric: s
                     config_ids_of(ts))
 
 
+def _weights(doc: Doc) -> CgroupWeightsFindings:
+    return _findings(doc, CgroupWeightsFindings, cgroup_weights.findings)
+
+
 def _class_ratios(doc: Doc, ctx: Ctx, ctrl: str, n: int | None, tenant: str) -> list[tuple[Measured, Band]]:
-    tol = float((doc.get("findings") or {}).get("ratio_tolerance", 0.15))
+    tol = _weights(doc).ratio_tolerance
     out = [(_groups(doc, ctx, ctrl, n, tenant, f"ratio_{c}"), Band(pub * (1 - tol), pub * (1 + tol)))
            for c, pub in R4_RATIOS.items()]
     return [(m, b) for m, b in out if m.est.n]
@@ -462,15 +505,15 @@ def _ratios_text(items: list[tuple[Measured, Band]]) -> str:
 
 
 def _r4_four(doc: Doc, ctx: Ctx) -> Verdict:
-    f = doc.get("findings") or {}
-    ctrl = f.get("controller")
+    f = _weights(doc)
+    ctrl = f.controller
     items = _class_ratios(doc, ctx, str(ctrl), 4, "off") if ctrl else []
     if len(items) < len(R4_RATIOS):
         return Verdict(UNTESTABLE, "–", "no 4-group trials under a weight-enforcing controller"
-                       + (f" (controller active: {f.get('controller_active')})" if f else ""))
+                       + f" (controller active: {f.controller_active})")
     value = _ratios_text(items)
-    tol = float(f.get("ratio_tolerance", 0.15))
-    four = (f.get("by_groups") or {}).get("4") or {}
+    tol = f.ratio_tolerance
+    four = f.by_groups.get("4")
     off = [m.name.split()[-1].removeprefix("ratio_") for m, b in items if b.decide(m.est.lo, m.est.hi) == DIFFERS]
     return _verdict(items, value, {
         HOLDS: f"under {ctrl} every weight class is within ±{tol:.0%} of R4's ratio",
@@ -479,25 +522,25 @@ def _r4_four(doc: Doc, ctx: Ctx) -> Verdict:
         UNDECIDED: f"under {ctrl} a class ratio's interval straddles R4's ratio ±{tol:.0%}"})
 
 
-def _flags_words(v: dict[str, Any]) -> str:
-    return f" — flagged: {'; '.join(v['flag_details'])}" if v.get("flag_details") else ""
+def _flags_words(v: GroupsAtN | None) -> str:
+    return f" — flagged: {'; '.join(v.flag_details)}" if v and v.flag_details else ""
 
 
 def _r4_beside_app(doc: Doc, ctx: Ctx) -> Verdict:
-    f = doc.get("findings") or {}
-    ctrl = f.get("controller") or ""
-    tenant = (f.get("tenant") or {}) if isinstance(f.get("tenant"), dict) else {}
+    f = _weights(doc)
+    ctrl = f.controller or ""
+    tenant = (f.tenant or {}).get(ctrl)  # the headline application's tenant under this controller
     items = _class_ratios(doc, ctx, ctrl, None, "beside") if ctrl else []
     if not items:
         return Verdict(UNTESTABLE, "–", "this run had no application beside the groups"
                        + (" (the --quick study leaves the tenant out)" if ctx.quick else ""))
     value = _ratios_text(items)
     # the findings' headline tenant is YCSB whenever the run had it; runs before the choice ran db_bench
-    app = ("YCSB workload A on RocksDB, as R4" if tenant.get("app") == "ycsb"
-           else "RocksDB db_bench (R4 used YCSB workload A on RocksDB)")
-    own = tenant.get("beside") or {}
-    ops, p99 = (own.get("tenant_ops_s") or {}).get("mean"), (own.get("tenant_read_p99_us") or {}).get("mean")
-    if tenant.get("app") == "ycsb" and ops is not None and p99 is not None:
+    ycsb = tenant is not None and tenant.app == "ycsb"
+    app = ("YCSB workload A on RocksDB, as R4" if ycsb else "RocksDB db_bench (R4 used YCSB workload A on RocksDB)")
+    ops = finite_or_none(tenant.beside.tenant_ops_s.mean) if tenant else None
+    p99 = finite_or_none(tenant.beside.tenant_read_p99_us.mean) if tenant else None
+    if ycsb and ops is not None and p99 is not None:
         app += f" ({ops:,.0f} ops/s, read p99 {p99:,.0f} µs here; R4: 8,412.8 ops/s, 271 µs on its SATA SSD)"
     return _verdict(items, value, {HOLDS: f"the four groups keep {value} beside {app}",
                                    DIFFERS: f"beside {app} the four groups split {value}",
@@ -507,13 +550,13 @@ def _r4_beside_app(doc: Doc, ctx: Ctx) -> Verdict:
 
 def _break_items(doc: Doc, ctx: Ctx, ns: list[int], broken_at: int | None) -> list[tuple[Measured, Band]]:
     """Each N's worst share error against log2(1.5): below it for N < broken_at, above it at broken_at."""
-    ctrl = str((doc.get("findings") or {}).get("controller"))
+    ctrl = str(_weights(doc).controller)
     return [(_groups(doc, ctx, ctrl, n, "off", "max_abs_log2_error"),
              Band(BREAK_LOG2) if n == broken_at else Band(-math.inf, BREAK_LOG2)) for n in ns]
 
 
 def _measured_ns(doc: Doc) -> list[int]:
-    return sorted(int(n) for n in ((doc.get("findings") or {}).get("by_groups") or {}))
+    return sorted(int(n) for n in _weights(doc).by_groups)
 
 
 def _r4_upto16(doc: Doc, ctx: Ctx) -> Verdict:
@@ -524,33 +567,35 @@ def _r4_upto16(doc: Doc, ctx: Ctx) -> Verdict:
     items = _break_items(doc, ctx, ns, None)
     value = "; ".join(f"N={n}: worst share error {_fmt(m.est)} (log2)" for n, (m, _) in zip(ns, items, strict=True))
     broken = [str(n) for n, (m, b) in zip(ns, items, strict=True) if b.decide(m.est.lo, m.est.hi) == DIFFERS]
-    sig = (doc.get("findings") or {}).get("breakdown_signals") or {}
+    sig = _weights(doc).breakdown_signals
     return _verdict(items, value, {HOLDS: f"proportional sharing held at N = 8 and 16 ({value})",
                                    DIFFERS: f"sharing broke already at N = {', '.join(broken)}{_signals_words(sig)}",
                                    UNDECIDED: f"an error interval straddles log2(1.5) ({value})"})
 
 
-def _signals_words(sig: dict[str, Any]) -> str:
+def _signals_words(sig: Signals | None) -> str:
+    if sig is None:
+        return ""
     parts = []
-    if sig.get("tag_pressure"):
-        parts.append(f"iodepth × N = {sig.get('iodepth_total')} reached nr_requests = {sig.get('nr_requests')}")
-    if sig.get("bfq_tag_limit_min") is not None:
-        parts.append(f"BFQ let the smallest group queue only {sig['bfq_tag_limit_min']:.0f} requests")
-    if sig.get("generator_cpu_busy") is not None:
-        parts.append(f"fio used {sig['generator_cpu_busy']:.2f} CPUs")
+    if sig.tag_pressure:
+        parts.append(f"iodepth × N = {sig.iodepth_total} reached nr_requests = {sig.nr_requests}")
+    if sig.bfq_tag_limit_min is not None:
+        parts.append(f"BFQ let the smallest group queue only {sig.bfq_tag_limit_min:.0f} requests")
+    if sig.generator_cpu_busy is not None:
+        parts.append(f"fio used {sig.generator_cpu_busy:.2f} CPUs")
     return f": {'; '.join(parts)}" if parts else ""
 
 
 def _r4_breaks32(doc: Doc, ctx: Ctx) -> Verdict:
-    f = doc.get("findings") or {}
+    f = _weights(doc)
     ns = [n for n in _measured_ns(doc) if n <= 32]
     if 32 not in ns:
         return Verdict(UNTESTABLE, "–", "this run did not reach 32 groups"
                        + (" (the --quick study runs N = 4 only)" if ctx.quick else ""))
     items = _break_items(doc, ctx, ns, 32)
-    n, bracket = f.get("breakdown_n"), f.get("breakdown_bracket")
+    n, bracket = f.breakdown_n, f.breakdown_bracket
     value = f"breaks at N = {n}" if n else "did not break"
-    sig = _signals_words(f.get("breakdown_signals") or {})
+    sig = _signals_words(f.breakdown_signals)
     early = [str(k) for k, (m, b) in zip(ns, items, strict=True) if k < 32 and b.decide(m.est.lo, m.est.hi) == DIFFERS]
     return _verdict(items, value, {
         HOLDS: f"sharing breaks first at 32 groups (bracket {bracket}){sig}",
@@ -649,14 +694,14 @@ CLAIMS: list[Claim] = [
 
 
 def with_findings(doc: Doc | None, study: str) -> Doc | None:
-    """`doc` with its study's findings, computed from its trials when it has none (a runner between
-    rounds holds trials, not a report): verdicts are a function of stored trials alone."""
+    """`doc` with its study's findings, computed (typed) from its trials when it has none (a runner
+    between rounds holds trials, not a report): verdicts are a function of stored trials alone."""
     if doc is None or doc.get("findings"):
         return doc
-    return {**doc, "findings": builtin.get(study).analyze(doc)}
+    return {**doc, "findings": builtin.get(study).findings(doc)}
 
 
-def evaluate(children: dict[str, Doc], quick: bool) -> list[dict[str, Any]]:
+def evaluate(children: dict[str, Doc], quick: bool) -> list[ClaimRow]:
     """One row per claim: the claim, this machine's value, the verdict and the reason, every testable
     claim decided with the page's family of intervals (module docstring). `children`: each study's
     results document (`iolab report RUN --format json`, or the store's trials between rounds)."""
@@ -668,8 +713,9 @@ def evaluate(children: dict[str, Doc], quick: bool) -> list[dict[str, Any]]:
     for c in CLAIMS:
         doc = children.get(c.study)
         v = first[c.id] if first[c.id].verdict == UNTESTABLE else _safe(c, doc, Ctx(quick, family))
-        rows.append({"id": c.id, "reference": c.reference, "study": c.study, "claim": c.text, "rule": c.rule,
-                     **v.as_dict(), "run_id": doc.get("run_id") if doc else None})
+        rows.append(ClaimRow(id=c.id, reference=c.reference, study=c.study, claim=c.text, rule=c.rule,
+                             verdict=v.verdict, value=v.value, reason=v.reason, estimate=v.estimate,
+                             intervals=v.intervals, decide=v.decide, run_id=doc.get("run_id") if doc else None))
     return rows
 
 
@@ -677,17 +723,16 @@ def study_verdicts(study: str, children: dict[str, Doc], quick: bool) -> list[Re
     """The claims one study answers, as a repetition budget reads them between that study's rounds
     (`children`: the documents stored so far, that study's included; the family is the page's
     as far as those documents make it)."""
-    return [ReportedVerdict(r["id"], r["claim"], r["verdict"], Decision.from_dict(r.get("decide")))
-            for r in evaluate(children, quick) if r["study"] == study]
+    return [ReportedVerdict(r.id, r.claim, r.verdict, r.decide) for r in evaluate(children, quick) if r.study == study]
 
 
-def family_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def family_of(rows: list[ClaimRow]) -> PageFamily:
     """What the page says about its family: how many verdicts and intervals, at which level each."""
-    tested = [r for r in rows if r["verdict"] != UNTESTABLE]
-    m = max(sum(r.get("intervals") or 0 for r in tested), 1)
-    return {"verdicts": len(tested), "intervals": m, "alpha": ALPHA, "per_interval": ALPHA / m,
-            "method": "Bonferroni over the intervals behind every testable verdict, on top of each interval's "
-                      "adaptive-stopping design"}
+    tested = [r for r in rows if r.verdict != UNTESTABLE]
+    m = max(sum(r.intervals for r in tested), 1)
+    return PageFamily(verdicts=len(tested), intervals=m, alpha=ALPHA, per_interval=ALPHA / m,
+                      method="Bonferroni over the intervals behind every testable verdict, on top of each "
+                             "interval's adaptive-stopping design")
 
 
 def _safe(c: Claim, doc: Doc | None, ctx: Ctx) -> Verdict:

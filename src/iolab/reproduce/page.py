@@ -1,6 +1,6 @@
 """The reproduction's page: every published claim, this machine's value, the verdict and why.
 
-analyze() and present() follow the study interface (analysis pure, on a results document):
+findings(), analyze() and present() follow the study interface (analysis pure, on a results document):
 the document of a reproduction carries its child studies' documents under "children"
 (see report/document.py), so the page is recomputed from stored runs and tested on fixtures.
 """
@@ -10,12 +10,17 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from iolab.analysis import budget as spend
-from iolab.analysis.verdicts import Decision, ReportedVerdict
+from iolab.analysis.findings import Findings
+from iolab.analysis.record import JSONObject, Record
+from iolab.analysis.trials import Doc
+from iolab.analysis.verdicts import ReportedVerdict
 from iolab.report.model import Link, Note, Section, Table, Tag, Tone
 from iolab.reproduce import claims
+from iolab.reproduce.claims import ClaimRow, PageFamily
 from iolab.reproduce.plan import REFERENCES
 
 VERDICT_ORDER = (claims.HOLDS, claims.DIFFERS, claims.UNDECIDED, claims.UNTESTABLE)
@@ -23,44 +28,63 @@ TONES: dict[str, Tone] = {claims.HOLDS: "good", claims.DIFFERS: "bad", claims.UN
                           claims.UNTESTABLE: "neutral"}
 
 
-def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+class ChildRun(Record):
+    """One study this reproduction ran: its run, status, trials ok and its own report."""
+
+    run_id: str | None = None
+    status: str | None = None
+    trials_ok: str | None = None
+    report: str | None = None
+
+
+class PageFindings(Findings):
+    """docs/results.md, reproduce: every claim's row, the count per verdict, the family, the runs."""
+
+    quick: bool
+    claims: list[ClaimRow]
+    counts: dict[str, int]
+    family: PageFamily
+    studies: dict[str, ChildRun]
+    budget: JSONObject | None = None  # only with a time budget (page.budget_of)
+
+
+def findings(doc: Doc) -> PageFindings:
     children = {name: c["doc"] for name, c in (doc.get("children") or {}).items() if c.get("doc")}
     quick = bool((doc.get("options") or {}).get("quick"))
     rows = claims.evaluate(children, quick)
-    counts = Counter(r["verdict"] for r in rows)
-    out = {"quick": quick, "claims": rows, "counts": {v: counts.get(v, 0) for v in VERDICT_ORDER},
-           "family": claims.family_of(rows),
-           "studies": {name: {k: v for k, v in c.items() if k != "doc"}
-                       for name, c in (doc.get("children") or {}).items()}}
+    counts = Counter(r.verdict for r in rows)
+    out = PageFindings(quick=quick, claims=rows, counts={v: counts.get(v, 0) for v in VERDICT_ORDER},
+                       family=claims.family_of(rows),
+                       studies={name: ChildRun(**{k: v for k, v in c.items() if k != "doc"})
+                                for name, c in (doc.get("children") or {}).items()})
     budget = budget_of(doc, rows)
-    if budget is not None:
-        out["budget"] = budget
-    return out
+    return out if budget is None else out.model_copy(update={"budget": budget})
 
 
-def budget_of(doc: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def budget_of(doc: Doc, rows: list[ClaimRow]) -> JSONObject | None:
     """The reproduction's time budget (or its quick studies' own) and, for each claim of a study that
     ran under one, whether the budget decided it or left it open, with what it would take. None:
     no budget anywhere."""
     own = (doc.get("extra") or {}).get("budget")
     kids = {name: c.get("doc") or {} for name, c in (doc.get("children") or {}).items()}
-    studies = {}
-    verdicts = []
+    studies: dict[str, JSONObject] = {}
+    verdicts: list[JSONObject] = []
     for r in rows:
-        child = kids.get(r["study"]) or {}
+        child = kids.get(r.study) or {}
         b = (child.get("extra") or {}).get("budget")
         if not isinstance(b, dict):
             continue
-        studies[r["study"]] = {k: b.get(k) for k in ("seconds", "spent_s", "exhausted", "hard")}
+        studies[r.study] = {k: b.get(k) for k in ("seconds", "spent_s", "exhausted", "hard")}
         cap = ((child.get("spec") or {}).get("study") or {}).get("max_repetitions")
         _, room = spend.repetitions_left(child, cap if isinstance(cap, int) else 10)
         times = spend.trial_times(child)
         ran_out = bool(b.get("exhausted")) or b.get("phase") == "done"
-        verdict = ReportedVerdict(r["id"], r["claim"], r["verdict"], Decision.from_dict(r.get("decide")))
+        verdict = ReportedVerdict(r.id, r.claim, r.verdict, r.decide)
         [row] = spend.account([verdict], room, functools.partial(_time_of, times), ran_out)
-        verdicts.append({**row, "study": r["study"], "reference": r["reference"]})
+        verdicts.append({**row, "study": r.study, "reference": r.reference})
     if not isinstance(own, dict) and not studies:
         return None
+    total: JSONObject
     if isinstance(own, dict):
         total = {k: own.get(k) for k in ("seconds", "spent_s", "exhausted")}
     else:  # each quick study had its own budget
@@ -70,35 +94,41 @@ def budget_of(doc: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]
     return {**total, "studies": studies, "verdicts": verdicts}
 
 
-def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Section]]:
-    counts = f["counts"]
-    fam = f.get("family") or claims.family_of(f["claims"])
-    summary = [f"{len(f['claims'])} published claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_ORDER),
+def analyze(doc: Doc) -> JSONObject:
+    """The findings as the results document holds them (docs/results.md)."""
+    return findings(doc).to_json()
+
+
+def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str], list[Section]]:
+    f = PageFindings.coerce(f)
+    counts = f.counts
+    fam = f.family
+    summary = [f"{len(f.claims)} published claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_ORDER),
                family_words(fam)]
-    summary += [f"{r['id']} {r['verdict']}: {r['reason']}" for r in f["claims"] if r["verdict"] == claims.DIFFERS]
-    budget = f.get("budget")
-    under = {r["id"]: r for r in (budget or {}).get("verdicts") or []}
+    summary += [f"{r.id} {r.verdict}: {r.reason}" for r in f.claims if r.verdict == claims.DIFFERS]
+    budget = f.budget
+    under = {str(r["id"]): r for r in (budget or {}).get("verdicts") or []}
     if budget:
         summary.append(spend.summary_words(budget, [r for r in under.values() if r["status"] != spend.NOT_TESTABLE]))
     base = doc.get("report_dir")
     sections = []
     for ref, title, study in REFERENCES:
-        rows = [r for r in f["claims"] if r["reference"] == ref]
+        rows = [r for r in f.claims if r.reference == ref]
         if not rows:
             continue
-        child = f["studies"].get(study) or {}
+        child = f.studies.get(study) or ChildRun()
         link = _link(child, base)
         columns = ["claim", "this machine", "verdict", "why", "rule"] + (["under the budget"] if under else [])
         table = Table("Published claims and this machine", columns,
-                      [[r["claim"], r["value"], Tag(r["verdict"], TONES[r["verdict"]]), r["reason"], r["rule"]]
-                       + ([_budget_tag(under.get(r["id"]))] if under else []) for r in rows])
-        blocks: list[Any] = [table]
+                      [[r.claim, r.value, Tag(r.verdict, TONES[r.verdict]), r.reason, r.rule]
+                       + ([_budget_tag(under.get(r.id))] if under else []) for r in rows])
+        blocks: list[Table] = [table]
         if link:
             blocks.append(Table("Study run", ["study", "run", "status", "trials ok"],
-                                [[study, link, child.get("status"), child.get("trials_ok")]]))
+                                [[study, link, child.status, child.trials_ok]]))
         sections.append(Section(f"{ref}: {title}", blocks))
-    studies = [[name, _link(c, base) or c.get("run_id") or "–", c.get("status"), c.get("trials_ok")]
-               for name, c in f["studies"].items()]
+    studies: list[list[object]] = [[name, _link(c, base) or c.run_id or "–", c.status, c.trials_ok]
+                                   for name, c in f.studies.items()]
     sections.append(Section("Study runs", [Table("The studies this reproduction ran",
                                                  ["study", "run (its full report)", "status", "trials ok"], studies)],
                             intro="Each study has its own full report with every number, chart and trial."))
@@ -110,7 +140,7 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
         "straddles an edge, and the reason says how many more repetitions would likely decide it; not testable "
         "here: this machine or this run cannot answer it. An interval that merely touches a band decides "
         "nothing (docs/reproduce.md).")))
-    if f["quick"]:
+    if f.quick:
         sections.insert(0, Section("Quick reproduction", [Note(
             "This is `iolab reproduce --quick`: reduced matrices, so claims that need the full matrix (more groups, "
             "the application beside the groups, every record size) are 'not testable here'. Run `iolab reproduce` "
@@ -118,11 +148,11 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     return summary, sections
 
 
-def family_words(fam: dict[str, Any]) -> str:
+def family_words(fam: PageFamily) -> str:
     """The page's error control, in one sentence (shown on the page and in the summary)."""
-    return (f"The {fam['verdicts']} testable verdicts are one family: the {fam['intervals']} intervals behind them are "
-            f"each computed at 1/{fam['intervals']} of their design's tail (Bonferroni), so the chance that any "
-            f"holds or differs on this page is wrong is at most {fam['alpha']:.0%}; undecided and not testable "
+    return (f"The {fam.verdicts} testable verdicts are one family: the {fam.intervals} intervals behind them are "
+            f"each computed at 1/{fam.intervals} of their design's tail (Bonferroni), so the chance that any "
+            f"holds or differs on this page is wrong is at most {fam.alpha:.0%}; undecided and not testable "
             "verdicts claim nothing.")
 
 
@@ -130,13 +160,13 @@ def _time_of(times: dict[str, float], config_id: str) -> float:
     return times.get(config_id, 0.0)
 
 
-def _budget_tag(row: dict[str, Any] | None) -> Tag | str:
+def _budget_tag(row: Mapping[str, Any] | None) -> Tag | str:
     if row is None:
         return "–"
     return Tag(row["status"], spend.STATUS_TONES.get(row["status"], "neutral"))
 
 
-def budget_section(budget: dict[str, Any]) -> Section:
+def budget_section(budget: Mapping[str, Any]) -> Section:
     """Which claims the budget decided and which it left open (with what it would take), and how the
     budget was shared among the studies."""
     rows = [r for r in budget.get("verdicts") or [] if r["status"] != spend.NOT_TESTABLE]
@@ -165,8 +195,8 @@ def budget_section(budget: dict[str, Any]) -> Section:
     return Section("The time budget", blocks, intro=intro)
 
 
-def _link(child: dict[str, Any], base: str | None) -> Link | None:
-    path, run_id = child.get("report"), child.get("run_id")
+def _link(child: ChildRun, base: str | None) -> Link | None:
+    path, run_id = child.report, child.run_id
     if not path or not run_id:
         return None
     href = os.path.relpath(path, base) if base else path

@@ -24,7 +24,7 @@ import time
 import traceback
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +39,7 @@ from iolab.core import metrics, registry
 from iolab.core import owner as owners
 from iolab.core.errors import CapabilityMissing, InputError, Interrupted, RefusedError, SpecError, TrialFailed
 from iolab.core.exec import set_session_policy
+from iolab.core.metrics import MetricSet, TrialDeclarations
 from iolab.core.model import Config, Trial, TrialResult
 from iolab.core.resources import Ledger
 from iolab.core.signals import STOP_SIGNALS
@@ -420,7 +421,7 @@ class Runner:
                 timeout_s = self.timeout_for(c, placement.time_factor)
                 result = self.workloads[c.id].run(here, timeout_s)
                 probe_data = {p.name: p.stop() for p in probes}
-                probes = []
+                ran, probes = probes, []
                 flags = list(placement.manifest.get("flags", [])) + result.flags + \
                     confounders.detect(c.workload, result.metrics, probe_data)
                 manifest = {"target": placement.manifest, "workload": c.workload, "job": result.job_text,
@@ -433,6 +434,7 @@ class Runner:
                 trial_metrics = dict(result.metrics)
                 if result.cpu_busy is not None:
                     trial_metrics["generator_cpu_busy"] = result.cpu_busy
+                manifest[TrialDeclarations.KEY] = self.declarations(c, trial_metrics, ran, probe_data)
             except TrialFailed as exc:  # an explained failure (fio's exit status, a timeout): no traceback
                 self._stop_probes(probes)
                 self._record_failure(trial, str(exc), placement.manifest, started)
@@ -473,12 +475,22 @@ class Runner:
             except Exception:  # a probe failing after a failed trial must not mask the trial's error
                 pass
 
+    def declarations(self, c: Config, names: Iterable[str], probes: Iterable[Probe] = (),
+                     results: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the trial's values mean, stored with them (core/metrics.py TrialDeclarations): the
+        workload's and the probes' declarations of the names it produced, and its main metric."""
+        ran = {p.name: (MetricSet(p.metrics), p.attributes, metrics.numeric_keys((results or {}).get(p.name)))
+               for p in probes}
+        return TrialDeclarations.record(self.main_metric(c), metrics.for_workload(c.workload), names,
+                                        ran).to_manifest()
+
     def _record_failure(self, trial: Trial, error: str, target_manifest: dict[str, Any],
                         started: float | None = None, tb: str | None = None) -> None:
         st = self.state[trial.config.id]
+        manifest = {"target": target_manifest, "workload": trial.config.workload,
+                    TrialDeclarations.KEY: self.declarations(trial.config, ())}  # its main metric's meaning
         tr = TrialResult(trial.id, trial.config.id, trial.repetition, _params(trial.config), "failed", error, {}, {},
-                         {"target": target_manifest, "workload": trial.config.workload}, [], started or time.time(),
-                         time.time(), traceback=_clip(tb))
+                         manifest, [], started or time.time(), time.time(), traceback=_clip(tb))
         self.store.save_trial(self.run_id, tr, None)
         st.attempts += 1
         st.failures += 1

@@ -8,9 +8,11 @@ package `studies/<name>/` with the same parts under the same names.
                    as a dict, the same shape a user's TOML has (`iolab study NAME --print-spec`)
   hook.py          only if the study has one: before_group(ctx: GroupContext) -> GroupDecision | None,
                    a check or preparation on each prepared target before its trials (studies/hooks.py)
-  analysis.py      analyze(doc) -> findings: pure, on the results document (docs/results.md), so every
-                   finding can be recomputed from a stored run and tested without a machine
-  presentation.py  present(doc, findings) -> (headline lines, report sections)
+  analysis.py      findings(doc) -> its typed findings (a Findings model, analysis/findings.py) and
+                   analyze(doc) -> their JSON (docs/results.md): pure, on the results document, so
+                   every finding can be recomputed from a stored run and tested without a machine
+  presentation.py  present(doc, findings) -> (headline lines, report sections); reads the typed
+                   findings' attributes (a JSON object of them is parsed first)
   verdicts.py      only if the study reports verdicts: study_verdicts(doc) -> [ReportedVerdict], each
                    undecided one with the configurations that would decide it: where a time budget
                    (`--budget`) spends repetitions first (analysis/verdicts.py, runner/schedule.py)
@@ -44,7 +46,7 @@ ANALYSES: dict[str, str] = {"reproduce": "iolab.reproduce.page", "ab": "iolab.re
 # The shape, as tests/studies/test_study_shape.py checks it on every package above.
 PARTS = ("spec", "analysis", "presentation")                  # every study has these modules
 OPTIONAL_PARTS = ("hook", "verdicts")                        # and may have these
-EXPORTS = ("NAME", "SUMMARY", "build", "analyze", "present")  # what __init__ re-exports
+EXPORTS = ("NAME", "SUMMARY", "build", "findings", "analyze", "present")  # what __init__ re-exports
 HOOK_EXPORT = "before_group"                                  # ... plus this, exactly with hook.py
 VERDICTS_EXPORT = "study_verdicts"                            # ... and this, exactly with verdicts.py
 OPTIONAL_EXPORTS = {"hook": HOOK_EXPORT, "verdicts": VERDICTS_EXPORT}

@@ -1,23 +1,27 @@
-"""Helpers the built-in studies share: grouping trials by labels, formatting estimates."""
+"""Helpers the built-in studies share: grouping trials by labels, estimates per group, table cells."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TypeVar
 
+from iolab.analysis.record import Quantity, estimate_json
 from iolab.analysis.stats import Estimate, mean_ci
-from iolab.analysis.trials import relative_resolution
+from iolab.analysis.trials import Doc, Trial, relative_resolution
 from iolab.report.model import Note
 
+Key = tuple[Hashable, ...]  # a group's label values, in the order of the keys asked for
+K = TypeVar("K", bound=tuple[Hashable, ...])
 
-def ok_trials(doc: dict[str, Any]) -> list[dict[str, Any]]:
+
+def ok_trials(doc: Doc) -> list[Trial]:
     return [t for t in doc["trials"] if t["status"] == "ok"]
 
 
-def group_values(trials: list[dict[str, Any]], keys: Sequence[str], metric: str) -> dict[tuple, list[float]]:
+def group_values(trials: list[Trial], keys: Sequence[str], metric: str) -> dict[Key, list[float]]:
     """{(label values...): [metric per trial]} for trials that have every key and the metric."""
-    out: dict[tuple, list[float]] = defaultdict(list)
+    out: dict[Key, list[float]] = defaultdict(list)
     for t in trials:
         p = t["params"]
         if all(k in p for k in keys) and metric in t["metrics"]:
@@ -25,10 +29,10 @@ def group_values(trials: list[dict[str, Any]], keys: Sequence[str], metric: str)
     return out
 
 
-def group_resolution(trials: list[dict[str, Any]], keys: Sequence[str], metric: str) -> dict[tuple, float]:
+def group_resolution(trials: list[Trial], keys: Sequence[str], metric: str) -> dict[Key, float]:
     """{(label values...): the largest relative clock error of `metric` among the group's trials}
     (analysis.trials.relative_resolution), for the groups group_values makes."""
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[Key, list[Trial]] = defaultdict(list)
     for t in trials:
         p = t["params"]
         if all(k in p for k in keys) and metric in t["metrics"]:
@@ -36,29 +40,42 @@ def group_resolution(trials: list[dict[str, Any]], keys: Sequence[str], metric: 
     return {k: relative_resolution(ts, metric) for k, ts in groups.items()}
 
 
-def nested(groups: dict[tuple, list[float]], estimator: Callable[..., Estimate] = mean_ci,
-           unit: str | None = None, rels: dict[tuple, float] | None = None) -> dict[str, Any]:
-    """{(a, b): values} -> {"a": {"b": {mean, ci95[, unit]}}} with string keys (JSON). With `rels`
-    (group_resolution), each group's clock error goes to the estimator: estimator(values, rel)."""
-    out: dict[str, Any] = {}
+def estimates(groups: Mapping[K, list[float]], estimator: Callable[..., Estimate] = mean_ci,
+              unit: str | None = None, rels: Mapping[K, float] | None = None) -> dict[K, Estimate]:
+    """{key: the estimate of its values} (in `unit`, when given). With `rels` (group_resolution),
+    each group's clock error goes to the estimator: estimator(values, rel)."""
+    out: dict[K, Estimate] = {}
     for key, vals in groups.items():
-        node = out
-        for part in key[:-1]:
-            node = node.setdefault(str(part), {})
         est = estimator(vals, rels.get(key, 0.0)) if rels is not None else estimator(vals)
-        node[str(key[-1])] = est.as_dict(unit)
+        out[key] = Quantity.of(est, unit) if unit else est
     return out
 
 
-def flags_by(trials: list[dict[str, Any]], keys: Sequence[str]) -> dict[tuple, list[str]]:
-    out: dict[tuple, set[str]] = defaultdict(set)
+def nest2(flat: Mapping[K, Estimate]) -> dict[str, dict[str, Estimate]]:
+    """{(a, b): e} -> {"a": {"b": e}}, string keys (JSON), in the order of `flat`."""
+    out: dict[str, dict[str, Estimate]] = {}
+    for (a, b), e in flat.items():
+        out.setdefault(str(a), {})[str(b)] = e
+    return out
+
+
+def nest3(flat: Mapping[K, Estimate]) -> dict[str, dict[str, dict[str, Estimate]]]:
+    """{(a, b, c): e} -> {"a": {"b": {"c": e}}}, string keys (JSON), in the order of `flat`."""
+    out: dict[str, dict[str, dict[str, Estimate]]] = {}
+    for (a, b, c), e in flat.items():
+        out.setdefault(str(a), {}).setdefault(str(b), {})[str(c)] = e
+    return out
+
+
+def flags_by(trials: list[Trial], keys: Sequence[str]) -> dict[Key, list[str]]:
+    out: dict[Key, set[str]] = defaultdict(set)
     for t in trials:
         if t.get("flags"):
             out[tuple(t["params"].get(k) for k in keys)].update(t["flags"])
     return {k: sorted(v) for k, v in out.items()}
 
 
-def resolution_note(trials: list[dict[str, Any]], metric: str) -> Note | None:
+def resolution_note(trials: list[Trial], metric: str) -> Note | None:
     """A note under a table some of whose trials timed passes so short (flag short_run) that the
     tool's clock visibly widened the intervals: how many, and by how much at most, so a wide
     interval reaches the reader with its reason."""
@@ -72,12 +89,15 @@ def resolution_note(trials: list[dict[str, Any]], metric: str) -> Note | None:
                 "repetitions do not.", "warn")
 
 
-def fmt_est(est: dict[str, Any] | None) -> dict[str, Any] | str:
+Cell = dict[str, object] | str  # what fmt_est puts in a table: the estimate object, or '–'
+
+
+def fmt_est(est: Estimate | None) -> Cell:
     """A table cell: the estimate itself (renderers show 'estimate ± half-width' or '[lo, hi]', with its
-    stalls and checks), or '–'."""
-    if not est or est.get("mean") is None:
+    stalls and checks), or '–' (no estimate, or one without a finite value)."""
+    if est is None or est.mean != est.mean or est.mean in (float("inf"), float("-inf")):
         return "–"
-    return est
+    return estimate_json(est)
 
 
 def size_label(n: int | str) -> str:

@@ -7,11 +7,11 @@ docs/studies/cgroup-weights.md explains every finding.
 """
 
 from iolab.studies.cgroup_weights import analysis, hook, presentation, spec, verdicts
-from iolab.studies.cgroup_weights.analysis import analyze
+from iolab.studies.cgroup_weights.analysis import analyze, findings
 from iolab.studies.cgroup_weights.hook import before_group
 from iolab.studies.cgroup_weights.presentation import present
 from iolab.studies.cgroup_weights.spec import NAME, SUMMARY, build
 from iolab.studies.cgroup_weights.verdicts import study_verdicts
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "before_group", "build", "hook", "present", "presentation",
-           "spec", "study_verdicts", "verdicts"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "before_group", "build", "findings", "hook", "present",
+           "presentation", "spec", "study_verdicts", "verdicts"]

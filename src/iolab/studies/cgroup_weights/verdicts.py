@@ -9,6 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.trials import Doc, Trial, metric_set_of
 from iolab.analysis.verdicts import Band, ReportedVerdict, config_ids_of, decide_all
 from iolab.studies.cgroup_weights.analysis import (
     CLASSES,
@@ -21,9 +22,9 @@ from iolab.studies.cgroup_weights.analysis import (
 from iolab.studies.common import ok_trials
 
 
-def study_verdicts(doc: dict[str, Any]) -> list[ReportedVerdict]:
+def study_verdicts(doc: Doc) -> list[ReportedVerdict]:
     est = RunEstimator(doc)  # as analyze: the run's looks, each verdict read on its own
-    by: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    by: dict[tuple[str, int], list[Trial]] = defaultdict(list)
     for t in sweep_trials(ok_trials(doc)):
         by[(controller_of(t), groups_n(t))].append(t)
     out = []
@@ -34,7 +35,7 @@ def study_verdicts(doc: dict[str, Any]) -> list[ReportedVerdict]:
             values = [float(t["metrics"][metric]) for t in ts if isinstance(t["metrics"].get(metric), (int, float))]
             if not values:
                 continue
-            domain = domain_of(metric)
+            domain = domain_of(metric_set_of(ts), metric)  # the range the trials stored
             e = est.mean(values, domain=domain)
             band = Band(int(c) / 100 * (1 - RATIO_TOL), int(c) / 100 * (1 + RATIO_TOL))
             items.append((band, (e.lo, e.hi), _projection(est, values, domain)))

@@ -4,8 +4,8 @@ docs/studies/fleet-scan.md explains the findings.
 """
 
 from iolab.studies.fleet_scan import analysis, presentation, spec
-from iolab.studies.fleet_scan.analysis import analyze
+from iolab.studies.fleet_scan.analysis import analyze, findings
 from iolab.studies.fleet_scan.presentation import present
 from iolab.studies.fleet_scan.spec import NAME, SUMMARY, build
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "present", "presentation", "spec"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "findings", "build", "present", "presentation", "spec"]

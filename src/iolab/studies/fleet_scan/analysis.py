@@ -25,14 +25,16 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 from scipy import special
 
 from iolab.analysis import calibration
+from iolab.analysis.findings import Findings
+from iolab.analysis.record import Est, JSONObject, Number, Quantity, Record
 from iolab.analysis.sequential import RunEstimator
-from iolab.analysis.stats import LogRatio, holm
+from iolab.analysis.stats import Estimate, LogRatio, holm
+from iolab.analysis.trials import Doc, Params, Trial
 from iolab.studies.common import ok_trials, size_label
 from iolab.studies.fleet_scan.spec import TOLERANCE
 
@@ -41,17 +43,90 @@ MIN_HOSTS = 3  # below this a median says nothing about which host differs
 HOST_PREFIX = "host:"
 
 
-def pattern_of(workload: dict[str, Any]) -> str:
+class VsMedian(Record):
+    """A host over the fleet's median in the same trials: the geometric mean ratio, its interval,
+    and (tested) the Holm-corrected p of 'within the tolerance' and whether it is an outlier."""
+
+    ratio: float
+    ci95: list[float]
+    n: int
+    p_beyond_tolerance_holm: float | None = None
+    outlier: bool | None = None
+
+
+class HostResult(Record):
+    """One host and pattern: its own estimate, and against the fleet median (with >= 3 hosts)."""
+
+    estimate: Est
+    n: int
+    vs_median: VsMedian | None = None
+
+
+class Outlier(Record):
+    host: str
+    pattern: str
+    metric: str
+    ratio: float
+    ci95: list[float]
+    p_holm: float
+
+
+class Spread(Record):
+    median: Number
+    max: Number
+
+
+class Aggregate(Record):
+    """The fleet's own numbers for one pattern: the aggregate over the common window, the hosts
+    it covered, the start spread and the window, p99 latency."""
+
+    metric: str
+    value: Est
+    fleet_start_spread_ms: Spread | None = None
+    fleet_window_s: Spread | None = None
+    hosts_ok_min: int | None = None
+    hosts: int | None = None
+    read_clat_p99_us: Est | None = None
+    write_clat_p99_us: Est | None = None
+    windows_unmeasured: int
+
+
+class Clock(Record):
+    skew_ms: dict[str, Number | None]
+    spread_ms: Number | None
+
+
+class FleetScanFindings(Findings):
+    """docs/results.md, fleet-scan."""
+
+    hosts: list[str]
+    patterns: list[str]
+    metric_of: dict[str, str]
+    per_host: dict[str, dict[str, HostResult]]   # pattern -> host -> its result
+    fleet_median: dict[str, float | None]
+    aggregate: dict[str, Aggregate]
+    outliers: list[Outlier]
+    failed_hosts: dict[str, list[str]]
+    clock: Clock
+    tolerance: float
+    alpha: float
+    correction: str
+    tests: int
+    enough_hosts: bool
+    interval_method: str
+
+
+def pattern_of(workload: Params) -> str:
     """'4k randread QD1', '1M read QD8': what a reader calls the job."""
     return f"{size_label(workload.get('bs', 0))} {workload.get('rw', '?')} QD{workload.get('iodepth', 1)}"
 
 
-def metric_of(workload: dict[str, Any]) -> str:
+def metric_of(workload: Params) -> str:
     """Random I/O is counted in operations, sequential in bandwidth."""
     return "iops" if str(workload.get("rw", "")).startswith("rand") else "bw_mib_s"
 
 
-def hosts_of(trials: list[dict[str, Any]]) -> list[str]:
+def hosts_of(trials: list[Trial]) -> list[str]:
     """Every host any trial was sent to, in the fleet's order (the target's manifest)."""
     names: list[str] = []
     for t in trials:
@@ -64,7 +139,7 @@ def hosts_of(trials: list[dict[str, Any]]) -> list[str]:
     return names
 
 
-def _per_host(trials: list[dict[str, Any]], hosts: list[str], metric: str) -> dict[str, list[float]]:
+def _per_host(trials: list[Trial], hosts: list[str], metric: str) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {h: [] for h in hosts}
     for t in trials:
         for h in hosts:
@@ -74,7 +149,7 @@ def _per_host(trials: list[dict[str, Any]], hosts: list[str], metric: str) -> di
     return out
 
 
-def _deviations(trials: list[dict[str, Any]], hosts: list[str], metric: str) -> dict[str, list[float]]:
+def _deviations(trials: list[Trial], hosts: list[str], metric: str) -> dict[str, list[float]]:
     """Per host, log(host / median of that trial's hosts), for trials with ≥ MIN_HOSTS positive values."""
     out: dict[str, list[float]] = defaultdict(list)
     for t in trials:
@@ -113,11 +188,11 @@ def _scale(design_first: int, design_last: int) -> tuple[float, float]:
     return a, ALPHA / a
 
 
-def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+def findings(doc: Doc) -> FleetScanFindings:
     trials = ok_trials(doc)
     est = RunEstimator(doc)
     hosts = hosts_of(doc["trials"])
-    by_pattern: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_pattern: dict[str, list[Trial]] = defaultdict(list)
     metric_for: dict[str, str] = {}
     for t in trials:
         w = t["params"].get("_workload") or {}
@@ -127,70 +202,71 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
     patterns = sorted(by_pattern, key=lambda p: (not p.split()[1].startswith("rand"), p.split()[1],
                                                  int(p.split("QD")[-1]) if p.split("QD")[-1].isdigit() else 0))
     tail, p_factor = _scale(est.design.first, est.design.last)
-    per_host: dict[str, dict[str, Any]] = {}
-    tests: list[tuple[str, str, LogRatio]] = []
+    estimates: dict[str, dict[str, tuple[Estimate, int]]] = {}
+    tests: list[tuple[str, str, LogRatio, int]] = []
     medians: dict[str, float | None] = {}
-    aggregate: dict[str, Any] = {}
+    aggregate: dict[str, Aggregate] = {}
     for p in patterns:
         ts, m = by_pattern[p], metric_for[p]
         values = _per_host(ts, hosts, m)
         means = {h: statistics.fmean(v) for h, v in values.items() if v}
         medians[p] = statistics.median(means.values()) if means else None
         devs = _deviations(ts, hosts, m) if len(hosts) >= MIN_HOSTS else {}
-        rows: dict[str, Any] = {}
+        estimates[p] = {h: (est.mean(values[h]), len(values[h])) for h in hosts}
         for h in hosts:
-            row: dict[str, Any] = {"estimate": est.mean(values[h]).as_dict(None), "n": len(values[h])}
             lr = _log_ratio(devs.get(h, []), tail)
             if lr is not None:
-                row["vs_median"] = {"ratio": lr.ratio, "ci95": [lr.lo, lr.hi], "n": len(devs[h])}
-                tests.append((p, h, lr))
-            rows[h] = row
-        per_host[p] = rows
+                tests.append((p, h, lr, len(devs[h])))
         aggregate[p] = _aggregate(ts, est, m)
-    adjusted = holm([min(1.0, lr.p_beyond(TOLERANCE) * p_factor) for _, _, lr in tests])
-    outliers: list[dict[str, Any]] = []
-    for (p, h, lr), p_adj in zip(tests, adjusted, strict=True):
-        vs = per_host[p][h]["vs_median"]
-        vs["p_beyond_tolerance_holm"] = p_adj
-        vs["outlier"] = bool(p_adj < ALPHA)
-        if vs["outlier"]:
-            outliers.append({"host": h, "pattern": p, "metric": metric_for[p], "ratio": lr.ratio,
-                             "ci95": [lr.lo, lr.hi], "p_holm": p_adj})
-    outliers.sort(key=lambda o: -abs(math.log(float(o["ratio"]))))
-    return {
-        "hosts": hosts, "patterns": patterns, "metric_of": {p: metric_for[p] for p in patterns},
-        "per_host": per_host, "fleet_median": medians, "aggregate": aggregate, "outliers": outliers,
-        "failed_hosts": _failed_hosts(doc["trials"]), "clock": _clock(doc["trials"]),
-        "tolerance": TOLERANCE, "alpha": ALPHA, "correction": "holm", "tests": len(tests),
-        "enough_hosts": len(hosts) >= MIN_HOSTS, "interval_method": est.design.method,
-    }
+    adjusted = holm([min(1.0, lr.p_beyond(TOLERANCE) * p_factor) for _, _, lr, _ in tests])
+    vs: dict[tuple[str, str], VsMedian] = {}
+    outliers: list[Outlier] = []
+    for (p, h, lr, n), p_adj in zip(tests, adjusted, strict=True):
+        vs[p, h] = VsMedian(ratio=lr.ratio, ci95=[lr.lo, lr.hi], n=n, p_beyond_tolerance_holm=p_adj,
+                            outlier=bool(p_adj < ALPHA))
+        if p_adj < ALPHA:
+            outliers.append(Outlier(host=h, pattern=p, metric=metric_for[p], ratio=lr.ratio, ci95=[lr.lo, lr.hi],
+                                    p_holm=p_adj))
+    outliers.sort(key=lambda o: -abs(math.log(float(o.ratio))))
+    per_host = {p: {h: HostResult(estimate=e, n=n, **({"vs_median": vs[p, h]} if (p, h) in vs else {}))
+                    for h, (e, n) in estimates[p].items()} for p in patterns}
+    return FleetScanFindings(
+        hosts=hosts, patterns=patterns, metric_of={p: metric_for[p] for p in patterns}, per_host=per_host,
+        fleet_median=medians, aggregate=aggregate, outliers=outliers, failed_hosts=_failed_hosts(doc["trials"]),
+        clock=_clock(doc["trials"]), tolerance=TOLERANCE, alpha=ALPHA, correction="holm", tests=len(tests),
+        enough_hosts=len(hosts) >= MIN_HOSTS, interval_method=est.design.method)
 
 
-def _aggregate(trials: list[dict[str, Any]], est: RunEstimator, metric: str) -> dict[str, Any]:
+def analyze(doc: Doc) -> JSONObject:
+    """The findings as the results document holds them (docs/results.md)."""
+    return findings(doc).to_json()
+
+
+def _aggregate(trials: list[Trial], est: RunEstimator, metric: str) -> Aggregate:
     """The fleet's own numbers for one pattern: the aggregate over the common window with its CI,
     how many hosts it covered, the start spread and the common window."""
     def col(name: str) -> list[float | None]:
         return [t["metrics"].get(name) for t in trials]
 
-    out: dict[str, Any] = {"metric": metric, "value": est.mean(col(metric)).as_dict(None)}
+    out = Aggregate(metric=metric, value=est.mean(col(metric)), windows_unmeasured=sum(
+        any(str(f).startswith("fleet_window_unmeasured") for f in t.get("flags") or []) for t in trials))
+    given: dict[str, object] = {}
     for name in ("fleet_start_spread_ms", "fleet_window_s"):
         vals = [v for v in col(name) if isinstance(v, (int, float))]
         if vals:
-            out[name] = {"median": statistics.median(vals), "max": max(vals)}
+            given[name] = Spread(median=statistics.median(vals), max=max(vals))
     ok = [v for v in col("fleet_hosts_ok") if isinstance(v, (int, float))]
     sent = [v for v in col("fleet_hosts") if isinstance(v, (int, float))]
     if ok and sent:
-        out["hosts_ok_min"], out["hosts"] = int(min(ok)), int(max(sent))
+        given["hosts_ok_min"], given["hosts"] = int(min(ok)), int(max(sent))
     for side in ("read", "write"):
         p99 = [v for v in col(f"{side}_clat_p99_us") if isinstance(v, (int, float))]
         if p99:
-            out[f"{side}_clat_p99_us"] = est.mean(p99).as_dict("µs")
-    out["windows_unmeasured"] = sum(any(str(f).startswith("fleet_window_unmeasured") for f in t.get("flags") or [])
-                                    for t in trials)
-    return out
+            given[f"{side}_clat_p99_us"] = Quantity.of(est.mean(p99), "µs")
+    return out.model_copy(update=given)
 
 
-def _failed_hosts(trials: list[dict[str, Any]]) -> dict[str, list[str]]:
+def _failed_hosts(trials: list[Trial]) -> dict[str, list[str]]:
     """Host -> the reasons its part of a trial failed (a host's failure, not the trial's)."""
     out: dict[str, list[str]] = defaultdict(list)
     for t in trials:
@@ -200,12 +276,12 @@ def _failed_hosts(trials: list[dict[str, Any]]) -> dict[str, list[str]]:
     return dict(out)
 
 
-def _clock(trials: list[dict[str, Any]]) -> dict[str, Any]:
+def _clock(trials: list[Trial]) -> Clock:
     """Each host's clock skew as measured before load (the target's manifest), and their spread."""
     for t in trials:
         target = (t.get("manifest") or {}).get("target") or {}
         hosts = target.get("hosts") or {}
         if hosts:
             skew = {h: v.get("clock_skew_ms") for h, v in hosts.items()}
-            return {"skew_ms": skew, "spread_ms": target.get("clock_skew_spread_ms")}
-    return {"skew_ms": {}, "spread_ms": None}
+            return Clock(skew_ms=skew, spread_ms=target.get("clock_skew_spread_ms"))
+    return Clock(skew_ms={}, spread_ms=None)

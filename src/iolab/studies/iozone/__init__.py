@@ -4,8 +4,8 @@ docs/studies/iozone.md explains the findings.
 """
 
 from iolab.studies.iozone import analysis, presentation, spec
-from iolab.studies.iozone.analysis import analyze
+from iolab.studies.iozone.analysis import analyze, findings
 from iolab.studies.iozone.presentation import present
 from iolab.studies.iozone.spec import NAME, SUMMARY, build
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "present", "presentation", "spec"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "findings", "build", "present", "presentation", "spec"]

@@ -16,11 +16,11 @@ prefills the overwrite regions before any probe runs.
 """
 
 from iolab.studies.sync_amplification import analysis, hook, presentation, spec, verdicts
-from iolab.studies.sync_amplification.analysis import analyze
+from iolab.studies.sync_amplification.analysis import analyze, findings
 from iolab.studies.sync_amplification.hook import before_group
 from iolab.studies.sync_amplification.presentation import present
 from iolab.studies.sync_amplification.spec import NAME, SUMMARY, build
 from iolab.studies.sync_amplification.verdicts import study_verdicts
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "before_group", "build", "hook", "present", "presentation",
-           "spec", "study_verdicts", "verdicts"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "before_group", "build", "findings", "hook", "present",
+           "presentation", "spec", "study_verdicts", "verdicts"]

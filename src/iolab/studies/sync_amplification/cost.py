@@ -24,12 +24,13 @@ Mobibench, YCSB) and time-based (varmail) applications are compared alike.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from iolab.analysis.record import Decided, Est, Quantity, Record, finite_or_none, parse_estimate
 from iolab.analysis.sequential import RunEstimator, aggregate_ratio
 from iolab.analysis.stats import Estimate
-from iolab.analysis.trials import relative_resolution
+from iolab.analysis.trials import Doc, Trial, relative_resolution
 from iolab.analysis.verdicts import (
     DIFFERS,
     HOLDS,
@@ -51,7 +52,61 @@ THROUGHPUT = {"sync-writes": ("write_iops", "durable writes/s", True), "varmail"
               "ycsb": ("run_ops_s", "ops/s", True)}
 
 
-def _latency_us(kind: str, m: dict[str, Any]) -> float | None:
+class CostRow(Record):
+    """One application on one configuration: throughput and latency, and (not the baseline) each
+    against the baseline's."""
+
+    app: str
+    r3_name: str
+    configuration: str
+    trials: int
+    throughput: Est | None
+    latency_us: Est | None
+    flags: list[str]
+    throughput_vs_baseline: Est | None = None  # given with latency_vs_baseline, beside a baseline only
+    latency_vs_baseline: Est | None = None
+
+
+class AgainstR3(Record):
+    """R3's claim class against one measured configuration: the ratio at the family's level, the
+    verdict, its reason and, when undecided, what would decide it."""
+
+    app: str
+    r3_name: str
+    r3_gain_pct: float
+    configuration: str
+    claim: str
+    measured: Est
+    measured_gain_pct: float | None
+    verdict: str
+    reason: str
+    decide: Decided | None
+
+
+class NotMeasured(Record):
+    r3_name: str
+    r3_gain_pct: float
+    reason: str
+
+
+class Family(Record):
+    verdicts: int
+    tail: float
+    method: str
+
+
+class CostFindings(Record):
+    """findings.cost (docs/results.md, sync-amplification)."""
+
+    baseline: str
+    rows: list[CostRow]
+    against_r3: list[AgainstR3]
+    not_measured: list[NotMeasured]
+    family: Family
+    large_threshold: float
+
+
+def _latency_us(kind: str, m: Mapping[str, float]) -> float | None:
     """Mean time of one operation: a write plus its fdatasync (none with O_DSYNC), varmail's mean,
     or YCSB's for the one operation its run does (insert or update)."""
     if kind == "sync-writes":
@@ -62,17 +117,17 @@ def _latency_us(kind: str, m: dict[str, Any]) -> float | None:
     return m.get("lat_mean_us")
 
 
-def _not_planned(doc: dict[str, Any], app: str) -> bool:
+def _not_planned(doc: Doc, app: str) -> bool:
     """The run tried no trial of this application (the quick study leaves some out)."""
     return not any((t.get("params") or {}).get("workload") == app for t in doc.get("trials", []))
 
 
-def _app_trials(doc: dict[str, Any], app: str, variant: str) -> list[dict[str, Any]]:
+def _app_trials(doc: Doc, app: str, variant: str) -> list[Trial]:
     return [t for t in ok_trials(doc) if t["params"].get("workload") == app
             and t["params"].get("target") == f"{variant}/ext4"]
 
 
-def _values(trials: Sequence[dict[str, Any]], metric: str) -> list[float]:
+def _values(trials: Sequence[Trial], metric: str) -> list[float]:
     return [float(t["metrics"][metric]) for t in trials if isinstance(t["metrics"].get(metric), (int, float))]
 
 
@@ -83,13 +138,14 @@ def throughput_ratio(num: Sequence[float], den: Sequence[float], fixed_work: boo
     return aggregate_ratio("harmonic" if fixed_work else "mean", num, den, ratio)
 
 
-def gain_text(e: dict[str, Any] | None) -> str:
+def gain_text(e: Estimate | Mapping[str, object] | None) -> str:
     """A ratio estimate as a change in percent with its interval: '+81.1 % [+60.2, +102.0]'."""
-    if not e or e.get("mean") is None:
+    est = None if e is None else parse_estimate(e)
+    if est is None or finite_or_none(est.mean) is None:
         return "–"
-    lo, hi = e["ci95"]
+    lo, hi = finite_or_none(est.lo), finite_or_none(est.hi)
     span = "" if lo is None or hi is None else f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]"
-    return f"{(e['mean'] - 1) * 100:+.1f} %{span}"
+    return f"{(est.mean - 1) * 100:+.1f} %{span}"
 
 
 def claim_class(r3_gain_pct: float) -> str:
@@ -117,7 +173,7 @@ def verdict(e: Estimate, cls: str, tcg: bool) -> tuple[str, str]:
                   UNDECIDED: f"the interval {span} reaches beyond the band [{1 / LARGE:.2f}, {LARGE:.2f}]"}[said]
 
 
-def _pairs(doc: dict[str, Any]) -> list[tuple[str, str, list[float], list[float]]]:
+def _pairs(doc: Doc) -> list[tuple[str, str, list[float], list[float]]]:
     """(app, configuration, its throughputs, the baseline's) for every configuration measured against it."""
     out = []
     for app, spec in APPS.items():
@@ -130,7 +186,7 @@ def _pairs(doc: dict[str, Any]) -> list[tuple[str, str, list[float], list[float]
     return out
 
 
-def verdict_rows(doc: dict[str, Any], tcg: bool, family: int | None = None) -> list[dict[str, Any]]:
+def verdict_rows(doc: Doc, tcg: bool, family: int | None = None) -> list[AgainstR3]:
     """R3's claim against each measured configuration: the ratio at α'/family (default: the number of
     verdicts here), its verdict, the reason and, when undecided, what would decide it."""
     pairs = _pairs(doc)
@@ -148,10 +204,10 @@ def verdict_rows(doc: dict[str, Any], tcg: bool, family: int | None = None) -> l
                                    None), (f"{app} on {variant}", f"{app} on {COST_BASELINE}"),
                               config_ids_of(_app_trials(doc, app, variant) + _app_trials(doc, app, COST_BASELINE)))
             why += "; " + decide.words()
-        out.append({"app": app, "r3_name": spec["r3"], "r3_gain_pct": spec["r3_gain_pct"], "configuration": variant,
-                    "claim": cls, "measured": e.as_dict(),
-                    "measured_gain_pct": None if e.mean != e.mean else round((e.mean - 1) * 100, 1),
-                    "verdict": said, "reason": why, "decide": decide})
+        out.append(AgainstR3(app=app, r3_name=spec["r3"], r3_gain_pct=spec["r3_gain_pct"], configuration=variant,
+                             claim=cls, measured=e,
+                             measured_gain_pct=None if e.mean != e.mean else round((e.mean - 1) * 100, 1),
+                             verdict=said, reason=why, decide=decide))
     return out
 
 
@@ -159,10 +215,10 @@ def _ends(e: Estimate) -> tuple[float, float]:
     return e.lo, e.hi
 
 
-def analyze_cost(doc: dict[str, Any], tcg: bool) -> dict[str, Any] | None:
+def analyze_cost(doc: Doc, tcg: bool) -> CostFindings | None:
     """The cost section's findings; None for a run without the application workloads."""
     est = RunEstimator(doc)
-    rows: list[dict[str, Any]] = []
+    rows: list[CostRow] = []
     for app, spec in APPS.items():
         kind = spec["workload"]["kind"]
         metric, unit, fixed = THROUGHPUT[kind]
@@ -175,27 +231,25 @@ def analyze_cost(doc: dict[str, Any], tcg: bool) -> dict[str, Any] | None:
                 continue
             thr = _values(ts, metric)
             lat = [v for t in ts if (v := _latency_us(kind, t["metrics"])) is not None]
-            row: dict[str, Any] = {
-                "app": app, "r3_name": spec["r3"], "configuration": variant, "trials": len(ts),
-                "throughput": est.estimate(thr, rel=relative_resolution(ts, metric)).as_dict(unit) if thr else None,
-                "latency_us": est.estimate(lat).as_dict("µs") if lat else None,
-                "flags": sorted({f for t in ts for f in (t.get("flags") or [])}),
-            }
+            row = CostRow(
+                app=app, r3_name=spec["r3"], configuration=variant, trials=len(ts),
+                throughput=Quantity.of(est.estimate(thr, rel=relative_resolution(ts, metric)), unit) if thr else None,
+                latency_us=Quantity.of(est.estimate(lat), "µs") if lat else None,
+                flags=sorted({f for t in ts for f in (t.get("flags") or [])}))
             if variant != COST_BASELINE and thr and base_thr:
-                row["throughput_vs_baseline"] = throughput_ratio(thr, base_thr, fixed, est.ratio).as_dict()
-                row["latency_vs_baseline"] = est.ratio(lat, base_lat).as_dict() if lat and base_lat else None
+                row = row.model_copy(update={
+                    "throughput_vs_baseline": throughput_ratio(thr, base_thr, fixed, est.ratio),
+                    "latency_vs_baseline": est.ratio(lat, base_lat) if lat and base_lat else None})
             rows.append(row)
     if not rows:
         return None
     against = verdict_rows(doc, tcg)
-    for a in against:
-        a["decide"] = a["decide"].as_dict() if a["decide"] else None
-    measured = {r["app"] for r in rows}
-    not_run = [{"r3_name": spec["r3"], "r3_gain_pct": spec["r3_gain_pct"],
-                "reason": spec.get("why_not_quick", "not part of this run") if _not_planned(doc, app) else
-                "no successful trial on the default qcow2 or a configuration without the syncs"}
+    measured = {r.app for r in rows}
+    not_run = [NotMeasured(r3_name=spec["r3"], r3_gain_pct=spec["r3_gain_pct"],
+                           reason=spec.get("why_not_quick", "not part of this run") if _not_planned(doc, app) else
+                           "no successful trial on the default qcow2 or a configuration without the syncs")
                for app, spec in APPS.items() if app not in measured]
-    return {"baseline": COST_BASELINE, "rows": rows, "against_r3": against, "not_measured": not_run,
-            "family": {"verdicts": len(against), "tail": est.design.alpha / max(len(against), 1),
-                       "method": "Bonferroni over the verdicts: the design's tail / verdicts each"},
-            "large_threshold": LARGE}
+    return CostFindings(baseline=COST_BASELINE, rows=rows, against_r3=against, not_measured=not_run,
+                        family=Family(verdicts=len(against), tail=est.design.alpha / max(len(against), 1),
+                                      method="Bonferroni over the verdicts: the design's tail / verdicts each"),
+                        large_threshold=LARGE)

@@ -4,22 +4,21 @@ configurations that would decide it when it is undecided. Pure, on the results d
 
 from __future__ import annotations
 
-from typing import Any
-
+from iolab.analysis.trials import Doc
 from iolab.analysis.verdicts import ReportedVerdict
 from iolab.studies.sync_amplification.cost import LARGE, verdict_rows
 
 
-def _tcg(doc: dict[str, Any]) -> bool:
+def _tcg(doc: Doc) -> bool:
     return any(((t.get("manifest") or {}).get("target") or {}).get("accel") == "tcg" for t in doc.get("trials") or [])
 
 
-def study_verdicts(doc: dict[str, Any]) -> list[ReportedVerdict]:
+def study_verdicts(doc: Doc) -> list[ReportedVerdict]:
     out = []
     for r in verdict_rows(doc, _tcg(doc)):
-        size = (f"a gain of at least {LARGE - 1:.0%}" if r["claim"] == "large"
+        size = (f"a gain of at least {LARGE - 1:.0%}" if r.claim == "large"
                 else f"a change within a factor {LARGE:g}")
-        out.append(ReportedVerdict(f"cost {r['app']} on {r['configuration']}",
-                                   f"{r['r3_name']} on {r['configuration']} against default qcow2: {size}, as R3",
-                                   r["verdict"], r["decide"]))
+        out.append(ReportedVerdict(f"cost {r.app} on {r.configuration}",
+                                   f"{r.r3_name} on {r.configuration} against default qcow2: {size}, as R3",
+                                   r.verdict, r.decide))
     return out

@@ -6,8 +6,8 @@ cell of the same run: a ratio with a 95% CI. docs/studies/virtio.md explains the
 """
 
 from iolab.studies.virtio import analysis, presentation, spec
-from iolab.studies.virtio.analysis import analyze
+from iolab.studies.virtio.analysis import analyze, findings
 from iolab.studies.virtio.presentation import present
 from iolab.studies.virtio.spec import NAME, SUMMARY, build
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "present", "presentation", "spec"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "findings", "build", "present", "presentation", "spec"]

@@ -4,23 +4,34 @@ the same run (the ratio of the two medians with its interval), and the layers of
 
 from __future__ import annotations
 
-from typing import Any
-
+from iolab.analysis.findings import Findings
+from iolab.analysis.record import Est, JSONObject
 from iolab.analysis.sequential import RunEstimator
-from iolab.studies.common import group_resolution, group_values, ok_trials
+from iolab.analysis.stats import Estimate
+from iolab.analysis.trials import Doc
+from iolab.studies.common import Key, group_resolution, group_values, nest3, ok_trials
 from iolab.studies.iozone import analysis as iozone
-from iolab.studies.virtio.layers import layer_findings
+from iolab.studies.virtio.layers import Layers, layer_findings
 
 
-def accel_of(doc: dict[str, Any]) -> str | None:
+class VirtioFindings(Findings):
+    """docs/results.md, virtio."""
+
+    accel: str | None
+    kbps: dict[str, dict[str, dict[str, Est]]]            # as iozone's: system, test, record
+    ratio_vs_host: dict[str, dict[str, dict[str, Est]]]   # guest system, test, record: guest / host
+    layers: Layers
+
+
+def accel_of(doc: Doc) -> str | None:
     for t in doc["trials"]:
         accel = (t.get("manifest") or {}).get("target", {}).get("accel")
         if accel:
-            return accel
+            return str(accel)
     return None
 
 
-def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+def findings(doc: Doc) -> VirtioFindings:
     accel = accel_of(doc)
     layers = layer_findings(doc, accel)  # before iozone's part relabels the iozone trials' params
     iozone_doc = dict(doc, trials=[t for t in doc["trials"] if t["params"]["_workload"].get("kind") == "iozone"])
@@ -29,12 +40,17 @@ def analyze(doc: dict[str, Any]) -> dict[str, Any]:
     values = group_values(trials, ["system", "test", "record"], "kbps")
     rels = group_resolution(trials, ["system", "test", "record"], "kbps")
     est = RunEstimator(doc)  # ratios of two adaptively stopped means, widened as each is
-    ratios: dict[str, Any] = {}
+    ratios: dict[Key, Estimate] = {}
     for (system, test, record), vals in values.items():
         host = values.get(("host", test, record))
         if system == "host" or not host:
             continue
         # the ratio of the medians the kbps table shows
-        r = est.ratio_of("harmonic", vals, host, (rels[system, test, record], rels["host", test, record]))
-        ratios.setdefault(system, {}).setdefault(test, {})[record] = r.as_dict()
-    return {"accel": accel, "kbps": kbps, "ratio_vs_host": ratios, "layers": layers}
+        ratios[system, test, record] = est.ratio_of("harmonic", vals, host, (rels[system, test, record],
+                                                                              rels["host", test, record]))
+    return VirtioFindings(accel=accel, kbps=kbps, ratio_vs_host=nest3(ratios), layers=layers)
+
+
+def analyze(doc: Doc) -> JSONObject:
+    """The findings as the results document holds them (docs/results.md)."""
+    return findings(doc).to_json()

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from iolab.analysis.record import Est, Record
 from iolab.analysis.sequential import RunEstimator
-from iolab.analysis.trials import relative_resolution
-from iolab.studies.common import nested, ok_trials, size_label
+from iolab.analysis.stats import Estimate
+from iolab.analysis.trials import Doc, Trial, relative_resolution
+from iolab.studies.common import Key, estimates, nest3, ok_trials, size_label
 from iolab.studies.virtio.spec import EXTRA_BUSES, LAYER_TESTS, MAIN_BUSES
 
 KIB_PER_MIB = 1024.0
@@ -65,7 +66,29 @@ def guest_row(bus: str, image_format: str) -> Row:
                "ext4, cache=none, aio=threads, iozone's final flush timed)", below, False)
 
 
-def row_of(trial: dict[str, Any]) -> tuple[str, Row] | None:
+class LayerRow(Record):
+    """A layer as the findings list it: its Row, and whether its numbers answer R1 on this machine."""
+
+    layer: str
+    tool: str
+    what: str
+    below: str | None
+    holds_under_tcg: bool
+    valid_here: bool
+
+
+class Layers(Record):
+    """findings.layers (docs/results.md, virtio): the rows from the device up, their MiB/s per test
+    and record, each over the row below it, and the flags each row's trials raised."""
+
+    order: list[str]
+    rows: dict[str, LayerRow]
+    mib_s: dict[str, dict[str, dict[str, Est]]]
+    vs_below: dict[str, dict[str, dict[str, Est]]]
+    flags: dict[str, list[str]]
+
+
+def row_of(trial: Trial) -> tuple[str, Row] | None:
     """The layer a trial measured, from its full configuration; None if it is no layer row."""
     w, t = trial["params"]["_workload"], trial["params"]["_target"]
     on_device = t.get("kind") == "device" or (t.get("kind") == "loop" and t.get("filesystem", "none") == "none")
@@ -81,7 +104,7 @@ def row_of(trial: dict[str, Any]) -> tuple[str, Row] | None:
     return None
 
 
-def mib_s_of(trial: dict[str, Any]) -> tuple[str, str, float] | None:
+def mib_s_of(trial: Trial) -> tuple[str, str, float] | None:
     """(test, record, MiB/s) of a layer trial: fio and qemu-img report MiB/s, iozone KB/s (KiB)."""
     w, m = trial["params"]["_workload"], trial["metrics"]
     if w.get("kind") == "iozone":
@@ -94,10 +117,10 @@ def mib_s_of(trial: dict[str, Any]) -> tuple[str, str, float] | None:
     return str(test), size_label(rec).lower(), float(value)
 
 
-def layer_findings(doc: dict[str, Any], accel: str | None) -> dict[str, Any]:
+def layer_findings(doc: Doc, accel: str | None) -> Layers:
     """{order, rows, mib_s, vs_below, flags} (docs/results.md, virtio)."""
     values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    trials_of: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    trials_of: dict[tuple[str, str, str], list[Trial]] = defaultdict(list)
     rows: dict[str, Row] = {}
     flags: dict[str, set[str]] = defaultdict(set)
     for t in ok_trials(doc):
@@ -113,21 +136,20 @@ def layer_findings(doc: dict[str, Any], accel: str | None) -> dict[str, Any]:
         flags[name].update(f.split(":", 1)[0] for f in t.get("flags") or [])
     est = RunEstimator(doc)
     # the clock error of each cell's rate (fio: whole ms; qemu-img: ms; iozone in a guest: fio's)
-    rels = {cell: max(relative_resolution(ts, "kbps"), relative_resolution(ts, "bw_mib_s"))
-            for cell, ts in trials_of.items()}
-    vs_below: dict[str, Any] = {}
+    rels: dict[Key, float] = {cell: max(relative_resolution(ts, "kbps"), relative_resolution(ts, "bw_mib_s"))
+                              for cell, ts in trials_of.items()}
+    vs_below: dict[Key, Estimate] = {}
     for (name, test, rec), vals in values.items():
         below = rows[name].below
         under = values.get((below, test, rec)) if below else None
         if below and under:
-            ratio = est.ratio_of("harmonic", vals, under, (rels[name, test, rec], rels[below, test, rec]))
-            vs_below.setdefault(name, {}).setdefault(test, {})[rec] = ratio.as_dict()
+            vs_below[name, test, rec] = est.ratio_of("harmonic", vals, under,
+                                                     (rels[name, test, rec], rels[below, test, rec]))
     known = list(HOST_ROWS) + MAIN_BUSES + EXTRA_BUSES
     order = [n for n in known if n in rows] + sorted(n for n in rows if n not in known)
-    return {
-        "order": order,
-        "rows": {n: asdict(rows[n]) | {"valid_here": rows[n].holds_under_tcg or accel == "kvm"} for n in order},
-        "mib_s": nested(values, est.harmonic, unit="MiB/s", rels=rels),
-        "vs_below": vs_below,
-        "flags": {n: sorted(flags[n]) for n in order if flags[n]},
-    }
+    return Layers(
+        order=order,
+        rows={n: LayerRow(**asdict(rows[n]), valid_here=rows[n].holds_under_tcg or accel == "kvm") for n in order},
+        mib_s=nest3(estimates(dict(values), est.harmonic, unit="MiB/s", rels=rels)),
+        vs_below=nest3(vs_below),
+        flags={n: sorted(flags[n]) for n in order if flags[n]})

@@ -8,8 +8,8 @@ docs/studies/vm-profile.md explains the findings.
 """
 
 from iolab.studies.vm_profile import analysis, presentation, spec
-from iolab.studies.vm_profile.analysis import analyze
+from iolab.studies.vm_profile.analysis import analyze, findings
 from iolab.studies.vm_profile.presentation import present
 from iolab.studies.vm_profile.spec import NAME, SUMMARY, build
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "present", "presentation", "spec"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "findings", "build", "present", "presentation", "spec"]

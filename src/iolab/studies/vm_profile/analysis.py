@@ -4,9 +4,14 @@ ratio to the host of the same run with its 95 % CI."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from pydantic import JsonValue
+
+from iolab.analysis.findings import Findings
+from iolab.analysis.record import Est, JSONObject, Number, Quantity, Record
 from iolab.analysis.sequential import RunEstimator
+from iolab.analysis.stats import Estimate
+from iolab.analysis.trials import Doc, Trial
 from iolab.studies.common import ok_trials
 
 
@@ -42,7 +47,37 @@ METRICS: list[Metric] = [
 BY_NAME = {m.name: m for m in METRICS}
 
 
-def trial_metrics(t: dict[str, Any]) -> dict[str, float]:
+class MetricInfo(Record):
+    """findings.metrics[name]: what one of the study's metrics is."""
+
+    part: str
+    unit: str
+    higher_is_better: bool
+    label: str
+
+
+class MemorySizing(Record):
+    """Per system: the STREAM arrays its trials used (MiB, each size once) and why."""
+
+    array_mib: list[Number]
+    reduced: bool
+    reason: str
+
+
+class VmProfileFindings(Findings):
+    """docs/results.md, vm-profile."""
+
+    accel: str | None
+    systems: list[str]
+    table: dict[str, dict[str, Est]]          # system -> study metric -> its estimate (with its unit)
+    ratio_vs_host: dict[str, dict[str, Est]]  # guest system -> study metric -> guest / host
+    metrics: dict[str, MetricInfo]
+    missing: dict[str, list[str]]             # system -> study metrics it has no result for
+    profiles: dict[str, dict[str, JsonValue]]  # guest system -> the profile and the disk/VM settings that define it
+    memory_sizing: dict[str, MemorySizing]
+
+
+def trial_metrics(t: Trial) -> dict[str, float]:
     """One trial's values under the study's metric names."""
     w, m = t["params"]["_workload"], t["metrics"]
     kind = w.get("kind")
@@ -68,11 +103,11 @@ def trial_metrics(t: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if v is not None}
 
 
-def system_of(t: dict[str, Any]) -> str:
+def system_of(t: Trial) -> str:
     return str(t["params"].get("target") or t["params"]["_target"].get("name") or "host")
 
 
-def collect(doc: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+def collect(doc: Doc) -> dict[str, dict[str, list[float]]]:
     """{system: {metric: [value per ok trial]}}."""
     out: dict[str, dict[str, list[float]]] = {}
     for t in ok_trials(doc):
@@ -81,61 +116,63 @@ def collect(doc: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+def findings(doc: Doc) -> VmProfileFindings:
     values = collect(doc)
     est = RunEstimator(doc)  # the interval adaptive stopping calls for (analysis/sequential.py)
-    table = {s: {k: est.mean(v).as_dict(_unit(k)) for k, v in sorted(ms.items())} for s, ms in values.items()}
+    table: dict[str, dict[str, Estimate]] = {
+        s: {k: _with_unit(est.mean(v), k) for k, v in sorted(ms.items())} for s, ms in values.items()}
     host = values.get("host", {})
-    ratio: dict[str, Any] = {}
+    ratio: dict[str, dict[str, Estimate]] = {}
     for system, ms in values.items():
         if system == "host":
             continue
-        ratio[system] = {k: est.ratio(v, host[k]).as_dict() for k, v in sorted(ms.items()) if host.get(k)}
+        ratio[system] = {k: est.ratio(v, host[k]) for k, v in sorted(ms.items()) if host.get(k)}
     missing = {s: [m.name for m in METRICS if m.name not in table.get(s, {})] for s in table}
-    return {
-        "accel": _accel(doc), "systems": list(table), "table": table, "ratio_vs_host": ratio,
-        "metrics": {m.name: {"part": m.part, "unit": m.unit, "higher_is_better": m.higher_is_better,
-                             "label": m.label} for m in METRICS},
-        "missing": {s: v for s, v in missing.items() if v},
-        "profiles": _profiles(doc),
-        "memory_sizing": memory_sizing(doc),
-    }
+    return VmProfileFindings(
+        accel=_accel(doc), systems=list(table), table=table, ratio_vs_host=ratio,
+        metrics={m.name: MetricInfo(part=m.part, unit=m.unit, higher_is_better=m.higher_is_better, label=m.label)
+                 for m in METRICS},
+        missing={s: v for s, v in missing.items() if v}, profiles=_profiles(doc), memory_sizing=memory_sizing(doc))
 
 
-def memory_sizing(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def analyze(doc: Doc) -> JSONObject:
+    """The findings as the results document holds them (docs/results.md)."""
+    return findings(doc).to_json()
+
+
+def memory_sizing(doc: Doc) -> dict[str, MemorySizing]:
     """Per system: the STREAM arrays its trials used and why (from the trial manifests)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, tuple[list[Number], bool, str]] = {}
     for t in ok_trials(doc):
         if t["params"]["_workload"].get("kind") != "stream":
             continue
         s = ((t.get("manifest") or {}).get("workload_facts") or {}).get("sizing")
         if not s:
             continue
-        cur = out.setdefault(system_of(t), {"array_mib": [], "reduced": False, "reason": s["reason"]})
-        if s["array_mib"] not in cur["array_mib"]:
-            cur["array_mib"].append(s["array_mib"])
-        cur["reduced"] = cur["reduced"] or bool(s["reduced"])
-        if s["reduced"]:
-            cur["reason"] = s["reason"]
-    return out
+        sizes, reduced, reason = out.setdefault(system_of(t), ([], False, s["reason"]))
+        if s["array_mib"] not in sizes:
+            sizes.append(s["array_mib"])
+        out[system_of(t)] = (sizes, reduced or bool(s["reduced"]), s["reason"] if s["reduced"] else reason)
+    return {k: MemorySizing(array_mib=sizes, reduced=reduced, reason=reason)
+            for k, (sizes, reduced, reason) in out.items()}
 
 
-def _unit(metric: str) -> str | None:
+def _with_unit(e: Estimate, metric: str) -> Estimate:
     m = BY_NAME.get(metric)
-    return m.unit if m else None
+    return Quantity.of(e, m.unit) if m else e
 
 
-def _accel(doc: dict[str, Any]) -> str | None:
+def _accel(doc: Doc) -> str | None:
     for t in doc["trials"]:
         accel = (t.get("manifest") or {}).get("target", {}).get("accel")
         if accel:
-            return accel
+            return str(accel)
     return None
 
 
-def _profiles(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _profiles(doc: Doc) -> dict[str, dict[str, JsonValue]]:
     """What each guest system was: its profile and the disk/VM settings that define it."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, JsonValue]] = {}
     for t in doc["trials"]:
         tg = t["params"]["_target"]
         if tg.get("kind") != "qemu":

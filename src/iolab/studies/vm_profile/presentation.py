@@ -3,48 +3,64 @@ measured value, and what each part and each profile was."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Mapping
 
+from iolab.analysis.record import plotted
+from iolab.analysis.stats import Estimate
+from iolab.analysis.trials import Doc
 from iolab.core.units import format_size
 from iolab.report.model import Chart, Note, Section, Series, Table
-from iolab.studies.common import fmt_est
-from iolab.studies.vm_profile.analysis import BY_NAME, METRICS
+from iolab.studies.common import Cell, fmt_est
+from iolab.studies.vm_profile.analysis import BY_NAME, METRICS, VmProfileFindings
 from iolab.vm.profiles import DESCRIPTIONS
 
 PARTS = [("cpu", "CPU"), ("memory", "Memory"), ("disk", "Disk"), ("network", "Network")]
 
 
-def relative(est: dict[str, Any] | None, higher_is_better: bool) -> dict[str, Any] | None:
+def relative(est: Estimate | None, higher_is_better: bool) -> Estimate | None:
     """A guest/host ratio turned into 'performance relative to the host' (higher = better).
 
     For a lower-is-better metric the ratio is inverted; a CI bound at or below zero (a very
-    noisy host value) becomes an open end (None), never a negative speed.
+    noisy host value) becomes an open end, never a negative speed.
     """
-    if not est or not est.get("mean"):
+    if est is None or not math.isfinite(est.mean) or not est.mean:
         return None
     if higher_is_better:
         return est
-    lo, hi = est.get("ci95") or [None, None]
-    return {"mean": 1 / est["mean"], "ci95": [1 / hi if hi and hi > 0 else None, 1 / lo if lo and lo > 0 else None],
-            "n": est.get("n")}
+    lo, hi = est.lo, est.hi
+    return Estimate(1 / est.mean, 1 / hi if math.isfinite(hi) and hi > 0 else math.nan,
+                    1 / lo if math.isfinite(lo) and lo > 0 else math.nan, est.n, math.nan)
 
 
-def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Section]]:
-    systems = [s for s in f["systems"] if s != "host"]
-    tcg = f.get("accel") == "tcg"
+def _relative_cell(est: Estimate | None, higher_is_better: bool) -> Cell:
+    """The table cell of `relative`: its mean, interval and n (an inverted ratio has no method of its own)."""
+    rel = relative(est, higher_is_better)
+    if rel is None:
+        return "–"
+    if higher_is_better:
+        return fmt_est(rel)
+    lo, hi = plotted(rel)[1:]
+    return {"mean": rel.mean, "ci95": [lo, hi], "n": rel.n}
+
+
+def present(doc: Doc, f: VmProfileFindings | Mapping[str, object]) -> tuple[list[str], list[Section]]:
+    f = VmProfileFindings.coerce(f)
+    systems = [s for s in f.systems if s != "host"]
+    tcg = f.accel == "tcg"
     warn = [Note("Guests ran under TCG software emulation (KVM unusable here): every guest number includes "
                  "instruction emulation, so guest/host ratios are NOT representative of KVM.", "warn")] if tcg else []
-    summary = [f"accelerator: {f.get('accel') or 'n/a'}" + (" (software emulation: ratios not representative)"
-                                                          if tcg else "")]
+    summary = [f"accelerator: {f.accel or 'n/a'}" + (" (software emulation: ratios not representative)"
+                                                    if tcg else "")]
     for s in systems:
         parts = []
         for name in ("cpu_primes_1e8_s", "mem_triad_mb_s", "disk_randread_iops", "net_guest_to_host_mbit_s"):
-            rel = relative(f["ratio_vs_host"].get(s, {}).get(name), BY_NAME[name].higher_is_better)
+            rel = relative(f.ratio_vs_host.get(s, {}).get(name), BY_NAME[name].higher_is_better)
             if rel:
-                parts.append(f"{BY_NAME[name].part} {rel['mean']:.2f}x")
+                parts.append(f"{BY_NAME[name].part} {rel.mean:.2f}x")
         if parts:
             summary.append(f"{s}: " + ", ".join(parts) + " of the host (higher = better)")
-    for s, miss in f.get("missing", {}).items():
+    for s, miss in f.missing.items():
         summary.append(f"{s}: no result for {', '.join(miss)} (see the Trials appendix)")
     charts = [_part_chart(f, part, title, systems) for part, title in PARTS]
     return summary, [
@@ -56,28 +72,27 @@ def present(doc: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], list[Sec
     ]
 
 
-def _part_chart(f: dict[str, Any], part: str, title: str, systems: list[str]) -> Chart:
+def _part_chart(f: VmProfileFindings, part: str, title: str, systems: list[str]) -> Chart:
     metrics = [m for m in METRICS if m.part == part]
     series = []
     for s in systems:
-        rel = [relative(f["ratio_vs_host"].get(s, {}).get(m.name), m.higher_is_better) for m in metrics]
-        series.append(Series(s, [m.label for m in metrics], [r["mean"] if r else None for r in rel],
-                             [(r["ci95"][0] if r else None) for r in rel],
-                             [(r["ci95"][1] if r else None) for r in rel]))
+        rel = [plotted(relative(f.ratio_vs_host.get(s, {}).get(m.name), m.higher_is_better)) for m in metrics]
+        series.append(Series(s, [m.label for m in metrics], [r[0] for r in rel], [r[1] for r in rel],
+                             [r[2] for r in rel]))
     return Chart(f"{title}: relative to the host", "bar", "", "guest / host (higher = better)", series,
                  y_log=True, ref_lines=[(1.0, "host")])
 
 
-def _values_table(f: dict[str, Any], guests: list[str]) -> list[Table]:
+def _values_table(f: VmProfileFindings, guests: list[str]) -> list[Table]:
     """Every metric of every system; then each guest relative to the host (higher = better)."""
     values, ratios = [], []
     for part, title in PARTS:
         for m in (m for m in METRICS if m.part == part):
             label = f"{title}: {m.label} ({m.unit})"
-            values.append([label, *[fmt_est(f["table"].get(s, {}).get(m.name)) for s in f["systems"]]])
-            ratios.append([label, *[fmt_est(relative(f["ratio_vs_host"].get(g, {}).get(m.name), m.higher_is_better))
+            values.append([label, *[fmt_est(f.table.get(s, {}).get(m.name)) for s in f.systems]])
+            ratios.append([label, *[_relative_cell(f.ratio_vs_host.get(g, {}).get(m.name), m.higher_is_better)
                                     for g in guests]])
-    return [Table("Every metric (median and its 95% interval)", ["metric", *f["systems"]], values),
+    return [Table("Every metric (median and its 95% interval)", ["metric", *f.systems], values),
             Table("Each guest relative to the host (higher = better; ratio of medians, 95% interval)",
                   ["metric", *[f"{g} / host" for g in guests]], ratios)]
 
@@ -97,16 +112,17 @@ def _part_notes() -> list[Note]:
     ]
 
 
-def _method_notes(f: dict[str, Any]) -> list[Note]:
+def _method_notes(f: VmProfileFindings) -> list[Note]:
     out = []
-    for s, m in (f.get("memory_sizing") or {}).items():
-        text = m["reason"] if len(m["array_mib"]) == 1 else (
-            f"arrays {' / '.join(f'{a} MiB' for a in m['array_mib'])} (the size differed between repetitions); "
-            + m["reason"])
-        out.append(Note(f"Memory sizing, {s}: {text}", "warn" if m["reduced"] else "info"))
-    for s, p in f.get("profiles", {}).items():
-        desc = DESCRIPTIONS.get(p.get("profile") or "", "")
-        settings = ", ".join(f"{k}={format_size(v) if k == 'memory' else v}" for k, v in p.items()
+    for s, m in f.memory_sizing.items():
+        text = m.reason if len(m.array_mib) == 1 else (
+            f"arrays {' / '.join(f'{a} MiB' for a in m.array_mib)} (the size differed between repetitions); "
+            + m.reason)
+        out.append(Note(f"Memory sizing, {s}: {text}", "warn" if m.reduced else "info"))
+    for s, p in f.profiles.items():
+        desc = DESCRIPTIONS.get(str(p.get("profile") or ""), "")
+        settings = ", ".join(f"{k}={format_size(v) if k == 'memory' and isinstance(v, int) else v}"
+                             for k, v in p.items()
                              if v is not None and k != "profile")
         out.append(Note(f"{s}: " + (f"{desc} — " if desc else "") + settings))
     return out

@@ -6,10 +6,10 @@ its o_sync and o_direct numbers are cross-checked against fio in the same run
 """
 
 from iolab.studies.write_modes import analysis, presentation, spec, verdicts
-from iolab.studies.write_modes.analysis import analyze
+from iolab.studies.write_modes.analysis import analyze, findings
 from iolab.studies.write_modes.presentation import present
 from iolab.studies.write_modes.spec import NAME, SUMMARY, build
 from iolab.studies.write_modes.verdicts import study_verdicts
 
-__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "present", "presentation", "spec", "study_verdicts",
-           "verdicts"]
+__all__ = ["NAME", "SUMMARY", "analysis", "analyze", "build", "findings", "present", "presentation", "spec",
+           "study_verdicts", "verdicts"]
