@@ -126,6 +126,9 @@ class Confinement:
         args += (["--unshare-pid", "--proc", "/proc", "--remount-ro", "/proc"] if self.private_pids
                  else ["--ro-bind", "/proc", "/proc"])
         args += ["--unshare-ipc", "--unshare-uts"] + ([] if self.share_net else ["--unshare-net"])
+        # a private /dev/shm before the binds: a writable path iolab made there (a scratch dir on
+        # /dev/shm) is bound back in over it, not hidden by it
+        args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
         for h in self.hidden:  # an empty tmpfs first, so a writable path inside can be bound back in
             args += ["--tmpfs", h]
         args += self._binds()
@@ -133,7 +136,7 @@ class Confinement:
             args += ["--remount-ro", h]
         for dev in _unique(tuple(self.devices) + tuple(extra_devices)):
             args += ["--dev-bind", dev, _dev_path(dev)]
-        args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+        args += ["--remount-ro", "/dev"]
         if cwd:
             args += ["--chdir", cwd]
         if info_fd is not None:
