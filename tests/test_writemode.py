@@ -19,6 +19,7 @@ import pytest
 from pydantic import ValidationError
 
 from iolab.analysis.stats import ratio_ci
+from iolab.analysis.verdicts import DIFFERS, UNDECIDED
 from iolab.core.errors import CapabilityMissing, TrialFailed
 from iolab.core.exec import HostExecutor
 from iolab.native import build, helper_path
@@ -202,7 +203,7 @@ def test_throughput_agrees_with_fio(placement: Placement, disk_dir: Path, mode: 
     size = 512 * bs                                   # 512 writes per run
     ours: list[float] = []
     theirs: list[float] = []
-    result = "inconclusive"
+    result = UNDECIDED
     for i in range(12):
         for step in ([0, 1] if i % 2 == 0 else [1, 0]):
             if step == 0:
@@ -212,9 +213,9 @@ def test_throughput_agrees_with_fio(placement: Placement, disk_dir: Path, mode: 
         if i >= 3:
             ratio = ratio_ci([1 / v for v in theirs], [1 / v for v in ours]).as_dict()
             result = verdict(ratio)
-            if result != "inconclusive":
+            if result != UNDECIDED:
                 break
-    assert result != "differs", (mode, bs, ratio, ours, theirs)
+    assert result != DIFFERS, (mode, bs, ratio, ours, theirs)
 
 
 def test_non_host_executor_needs_the_helper_provided(disk_dir: Path) -> None:
