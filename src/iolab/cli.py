@@ -349,7 +349,10 @@ def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | Non
     try:
         repro.run()
     finally:
-        path, doc, summary = write_html(store, repro.record(), output)
+        try:
+            path, doc, summary = write_html(store, repro.record(), output)
+        finally:
+            store.close()  # a PostgreSQL store's connection (and a SQLite file's lock) ends with the command
         err.print(f"\n[bold]reproduce[/bold] {doc['status']}")
         for line in summary:
             err.print(f"  • {escape(line)}")
