@@ -13,6 +13,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:  # lets the tests do `from tests.core.helpers import ...`
     sys.path.insert(0, str(_ROOT))
 
+from tests.core.canary import Canaries  # noqa: E402
 from tests.core.helpers import IOLAB, LOOP_TARGET, Lab, fio_workload, make_lab, study_table  # noqa: E402
 
 
@@ -42,3 +43,13 @@ def basic_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, d
         yield lab, lab.report_json()
     finally:
         lab.force_cleanup()
+
+
+@pytest.fixture
+def canaries(tmp_path: Path) -> Iterator[Canaries]:
+    """A canary loop device with known content and canary files (tests/core/canary.py); closed after."""
+    c = Canaries(tmp_path / "canaries").make()
+    try:
+        yield c
+    finally:
+        c.close()

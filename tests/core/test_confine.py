@@ -29,14 +29,6 @@ from iolab.core.exec import ExecRequest, HostExecutor
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap (bubblewrap)")]
 
 
-@pytest.fixture
-def canaries(tmp_path: Path) -> Iterator[Canaries]:
-    c = Canaries(tmp_path / "canaries").make()
-    try:
-        yield c
-    finally:
-        c.close()
-
 
 @pytest.fixture
 def trial() -> Iterator[TrialCgroup]:

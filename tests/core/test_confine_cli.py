@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,6 @@ from tests.core.helpers import Lab, fio_workload, needs_fio, needs_root, one_lin
 
 pytestmark = [needs_root, needs_fio, pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")]
 
-
-@pytest.fixture
-def canaries(tmp_path: Path) -> Iterator[Canaries]:
-    c = Canaries(tmp_path / "canaries").make()
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _jobfile_spec(lab: Lab, host: Path, job: str) -> Path:
