@@ -85,6 +85,9 @@ def store_check(location: str, problem: str | None, version: int | None, latest:
         detail = f"{location}: schema v{version}, writable"
     if write_problem:
         state = "warn"
+        if version is not None and version < latest:  # a reader migrates nothing: its owner must
+            detail = (f"{location}: schema v{version}, older than this iolab's v{latest}; the role that owns "
+                      f"the store migrates it (`iolab migrate --db URL`), a run here cannot")
         detail = detail.replace("; writable", "").replace(", writable", "") + \
             f"; readable (runs, report, compare, history) but not writable here: {write_problem}"
     if spooled:
