@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from iolab.analysis.stats import ratio_ci
 from iolab.analysis.verdicts import DIFFERS, UNDECIDED
+from iolab.cgroups.executor import HostExecutor
 from iolab.core.errors import CapabilityMissing, TrialFailed
-from iolab.core.exec import HostExecutor
 from iolab.native import build, helper_path
 from iolab.studies.write_modes.crosscheck import verdict
 from iolab.targets.base import Placement

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from iolab.analysis.trials import declarations, numeric_keys
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import metrics, registry
 from iolab.core.errors import CapabilityMissing
-from iolab.core.exec import HostExecutor
 from iolab.core.metrics import Metric, MetricSet
 from iolab.native import ycsb_build
 from iolab.probes import registry as probe_registry

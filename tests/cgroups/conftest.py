@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from iolab.cgroups import detect
-from iolab.core.exec import ExecRequest, HostExecutor
+from iolab.cgroups.executor import HostExecutor
+from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
 
 MiB = 1 << 20

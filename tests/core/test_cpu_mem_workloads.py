@@ -19,9 +19,10 @@ import pytest
 from pydantic import ValidationError
 from tests.statcheck import Band, check, repeat_until_decided
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import sizing
 from iolab.core.errors import SpecError, TrialFailed
-from iolab.core.exec import ExecRequest, ExecResult, Executor, HostExecutor, Running
+from iolab.core.exec import ExecRequest, ExecResult, Executor, Running
 from iolab.native import build
 from iolab.studies.spec import from_dict
 from iolab.targets.base import Placement

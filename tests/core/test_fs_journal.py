@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from iolab.core.exec import HostExecutor
+from iolab.cgroups.executor import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.probes import registry as probe_registry
 from iolab.probes.fs_journal import FsJournal, journal_of, parse_info

@@ -160,7 +160,7 @@ def test_kill9_then_clean_removes_loop_image_and_ledger(lab: Lab) -> None:
 def test_kill9_then_clean_leaves_no_process_or_work_dir(lab: Lab) -> None:
     """Everything iolab creates, iolab removes -- also the fio it started and its work dir.
 
-    BUG: HostExecutor (src/iolab/core/exec.py) records neither the fio process group it
+    BUG: HostExecutor (src/iolab/cgroups/executor.py) records neither the fio process group it
     starts (in its own session, so it survives iolab) nor its `iolab-work-*` directory in
     the ledger. After kill -9, `iolab clean` leaves fio running against the (already
     "detached") loop device until its runtime ends, and the work dir stays in the scratch dir.

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core.errors import TrialFailed
-from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.probes.diskstats import HostDiskStats
 from iolab.targets.base import Placement

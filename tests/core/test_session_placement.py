@@ -18,6 +18,7 @@ import pytest
 from tests.core.helpers import make_lab, needs_root
 
 from iolab import doctor as d
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import exec as ex
 from iolab.runner.manifest import environment, sched_autogroup
 from iolab.studies.spec import from_dict
@@ -25,13 +26,14 @@ from iolab.studies.spec import from_dict
 # /proc/self/autogroup is empty for a process in the default autogroup (a session started
 # before autogroups were made, such as init's, which a CI job may inherit): the line is tagged,
 # so an empty one is still a line.
-PROBE = ["sh", "-c", "echo \"ag:$(cat /proc/self/autogroup 2>/dev/null || echo none)\"; cut -d' ' -f5,6 /proc/self/stat"]
+PROBE = ["sh", "-c",
+         "echo \"ag:$(cat /proc/self/autogroup 2>/dev/null || echo none)\"; cut -d' ' -f5,6 /proc/self/stat"]
 
 
 def _placement(policy: str, tmp_path: Path) -> tuple[str, int, int]:
     """(autogroup line, session id, process group id) of a child the host executor starts."""
     previous = ex.set_session_policy(policy)
-    executor = ex.HostExecutor(tmp_path)
+    executor = HostExecutor(tmp_path)
     try:
         res = executor.run(ex.ExecRequest(PROBE, timeout_s=30))
     finally:

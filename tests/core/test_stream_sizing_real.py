@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import sizing
-from iolab.core.exec import ExecRequest, HostExecutor, Running
+from iolab.core.exec import ExecRequest, Running
 from iolab.native import helper_path
 from iolab.targets.base import Placement
 from iolab.workloads.stream import StreamParams, StreamWorkload

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from iolab.core.exec import HostExecutor
+from iolab.cgroups.executor import HostExecutor
 from iolab.targets.base import Placement
 from iolab.workloads.sync_writes import SyncWritesParams, SyncWritesWorkload, prepare_overwrite
 

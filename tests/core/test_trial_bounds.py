@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from tests.core.helpers import LOOP_TARGET, Lab, needs_root, one_line, study_table
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import Bounds, TrialCgroup
 from iolab.core import exec as host_exec
 from iolab.core.confine import Confinement
-from iolab.core.exec import ExecRequest, HostExecutor
+from iolab.core.exec import ExecRequest
 from iolab.workloads import fio_bounds, fio_sandbox
 
 GIB = 1 << 30

@@ -26,9 +26,10 @@ from tests.core import leaving_workload, owned
 from tests.core.helpers import Lab, fio_workload, needs_fio, needs_root, study_table
 
 from iolab.cgroups import detect, processes, trial
+from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import SpawnCgroup, TrialCgroup
 from iolab.core import owner, registry, resources
-from iolab.core.exec import ExecRequest, HostExecutor
+from iolab.core.exec import ExecRequest
 from iolab.runner.runner import Runner
 from iolab.store.registry import open_store
 from iolab.studies.spec import from_dict

@@ -25,9 +25,10 @@ from typing import Any
 from rich.console import Console
 
 from iolab.analysis import ab
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import signals
 from iolab.core.errors import InputError, Interrupted, IolabError
-from iolab.core.exec import ExecRequest, HostExecutor, Running, set_session_policy
+from iolab.core.exec import ExecRequest, Running, set_session_policy
 from iolab.core.resources import Ledger
 from iolab.runner.manifest import environment
 from iolab.runner.runner import Runner, new_run_id

@@ -23,9 +23,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import paths
 from iolab.core.errors import RefusedError, TrialFailed
-from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger, Resource
 from iolab.fleet import checks, guard
 from iolab.fleet import skew as skews

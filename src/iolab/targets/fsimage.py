@@ -46,11 +46,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import owner, paths
 from iolab.core.cleaners import attached_loops, detach_loop, is_mounted, loop_backing_file
 from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing, RefusedError
-from iolab.core.exec import HostExecutor
 from iolab.core.inputs import path_problem
 from iolab.core.resources import ORDER_MOUNTS, Ledger, Resource, ResourceKind, SweepScope, register_kind
 from iolab.core.units import format_size

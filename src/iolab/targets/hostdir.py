@@ -19,9 +19,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 import iolab.core.cleaners  # noqa: F401
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import diskguard, owner, paths, sizing
 from iolab.core.confine import Confinement, preexisting
-from iolab.core.exec import HostExecutor
 from iolab.core.inputs import path_problem, system_directory_problem
 from iolab.core.resources import Ledger, Resource
 from iolab.targets import blockinfo
