@@ -17,7 +17,7 @@ import pytest
 from tests.core.fio_oracle import escapes_sandbox, fio_view
 from tests.core.helpers import REPO, Lab, drive, needs_fio, needs_root
 
-from iolab.workloads import fio_sandbox
+from iolab.fio import sandbox as fio_sandbox
 
 EXAMPLES = Path("/usr/share/doc/fio/examples")
 needs_examples = pytest.mark.skipif(not EXAMPLES.is_dir(), reason="needs the fio-examples package (setup.sh)")

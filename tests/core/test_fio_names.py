@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from iolab.workloads import fio_names, fio_sandbox
+from iolab.fio import names as fio_names
+from iolab.fio import sandbox as fio_sandbox
 
 pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
 

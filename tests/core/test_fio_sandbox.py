@@ -16,10 +16,10 @@ import pytest
 from tests.core.fio_oracle import escapes_sandbox, fio_view, normalised
 
 from iolab.core.errors import RefusedError
-from iolab.workloads import fio_allowlist as allow
-from iolab.workloads import fio_engine
-from iolab.workloads import fio_sandbox as sb
-from iolab.workloads.fio_reading import bc_integer
+from iolab.fio import allowlist as allow
+from iolab.fio import engine as fio_engine
+from iolab.fio import sandbox as sb
+from iolab.fio.reading import bc_integer
 
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root", "IOLAB_T_SPLIT": "exec_pre", "IOLAB_T_DIR": "../../etc"}

@@ -28,7 +28,7 @@ from tests.core.helpers import REPO, Lab, needs_fio, needs_root, one_line
 from tests.core.hostile_gen import write_cases
 
 from iolab.core.paths import cache_dir
-from iolab.workloads import fio_sandbox
+from iolab.fio import sandbox as fio_sandbox
 
 GOOD_STUDY = '[study]\nname = "hostile"\n'
 HOST = '[target]\nkind = "host"\n'

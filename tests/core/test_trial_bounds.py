@@ -20,7 +20,8 @@ from iolab.cgroups.trial import Bounds, TrialCgroup
 from iolab.core import exec as host_exec
 from iolab.core.confine import Confinement
 from iolab.core.exec import ExecRequest
-from iolab.workloads import fio_bounds, fio_sandbox
+from iolab.fio import sandbox as fio_sandbox
+from iolab.workloads import fio_bounds
 
 GIB = 1 << 30
 

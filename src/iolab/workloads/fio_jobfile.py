@@ -1,4 +1,4 @@
-"""An imported fio job file, run inside the job-file sandbox (workloads/fio_sandbox.py).
+"""An imported fio job file, run inside the job-file sandbox (fio/sandbox.py).
 
 The file is read as fio reads it and every option checked against the allowlist when the
 spec is validated (so `--dry-run` refuses what a run would). At run time it is checked
@@ -20,8 +20,10 @@ from iolab.core import paths, sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import parse_duration, parse_size
+from iolab.fio import engine as fio_engine
+from iolab.fio import sandbox as fio_sandbox
 from iolab.targets.base import Needs, Placement, TargetOffer
-from iolab.workloads import fio_bounds, fio_engine, fio_sandbox
+from iolab.workloads import fio_bounds
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.fio import cpu_flags
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from iolab.core import diskguard
 
 if TYPE_CHECKING:  # fio_sandbox imports this module: the types only, to keep one direction
-    from iolab.workloads.fio_sandbox import JobFile, Option
+    from iolab.fio.sandbox import JobFile, Option
 
 _KEYWORDS = (("$jobname", "jobname"), ("$jobnum", "jobnum"), ("$filenum", "filenum"), ("$clientuid", "clientuid"))
 DEFAULT_FORMAT = "$jobname.$jobnum.$filenum"

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 from iolab.core import diskguard
 from iolab.core.errors import RefusedError
-from iolab.workloads import fio_allowlist as allow
-from iolab.workloads import fio_names
-from iolab.workloads.fio_names import path_names
-from iolab.workloads.fio_reading import (
+from iolab.fio import allowlist as allow
+from iolab.fio import names as fio_names
+from iolab.fio.names import path_names
+from iolab.fio.reading import (
     Machine,
     is_comment,
     line_problem,

@@ -15,7 +15,7 @@ from typing import Any
 from iolab.core.errors import RefusedError, TrialFailed
 from iolab.core.exec import MAX_OUTPUT, ExecRequest, ExecResult, Executor
 from iolab.core.metrics import Metric
-from iolab.workloads import fio_sandbox
+from iolab.fio import sandbox as fio_sandbox
 
 RESULT_FILE = "fio-result.json"
 JOB_FILE = "job.fio"
