@@ -22,13 +22,13 @@ from rich.console import Console
 
 from iolab.analysis import budget as spend
 from iolab.analysis.verdicts import HOLDS, UNDECIDED, Decision, ReportedVerdict
-from iolab.report.document import analyse_document, results_document
+from iolab.publish.document import analyse_document, results_document
 from iolab.report.markdown import render_markdown
 from iolab.runner.runner import Runner
 from iolab.runner.schedule import Budget
+from iolab.spec.study import from_dict
 from iolab.store.base import Store
 from iolab.store.registry import open_store
-from iolab.studies.spec import from_dict
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from iolab.core import sizing
 from iolab.core.errors import SpecError, TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult, Executor, Running
 from iolab.native import build
-from iolab.studies.spec import from_dict
+from iolab.spec.study import from_dict
 from iolab.targets.base import Placement
 from iolab.workloads.base import WorkloadResult
 from iolab.workloads.primes import KNOWN_PI, PrimesParams, PrimesWorkload

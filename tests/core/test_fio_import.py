@@ -40,7 +40,7 @@ def test_unsafe_job_file_is_refused(lab: Lab, case: str) -> None:
 def test_refusal_message_does_not_dump_the_whole_job(lab: Lab) -> None:
     """The refusal is one clear sentence, not the job file echoed back as a Python dict.
 
-    BUG (src/iolab/studies/spec.py _pydantic_problems): a ValueError raised by a model
+    BUG (src/iolab/spec/study.py _pydantic_problems): a ValueError raised by a model
     validator carries the whole input, so the message ends with "(got {'kind': 'fio-jobfile',
     'job_file': ..., 'job_text': '...'})": the entire job file, mangled by the console markup.
     """

@@ -13,12 +13,12 @@ from rich.console import Console
 from tests.core import flaky_target as flaky_target_mod
 from tests.core import flaky_workload
 
+from iolab.analysis.plan import StopRule
 from iolab.core import registry
-from iolab.report.document import analyse_document, results_document
-from iolab.runner.plan import StopRule
+from iolab.publish.document import analyse_document, results_document
 from iolab.runner.runner import Runner
+from iolab.spec.study import from_dict
 from iolab.store.registry import open_store
-from iolab.studies.spec import from_dict
 
 
 @pytest.fixture

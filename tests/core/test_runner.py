@@ -7,7 +7,7 @@ from collections import Counter
 
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, study_table
 
-from iolab.runner.plan import StopRule
+from iolab.analysis.plan import StopRule
 
 
 @needs_root

@@ -21,7 +21,7 @@ from iolab import doctor as d
 from iolab.cgroups.executor import HostExecutor
 from iolab.core import exec as ex
 from iolab.runner.manifest import environment, sched_autogroup
-from iolab.studies.spec import from_dict
+from iolab.spec.study import from_dict
 
 # /proc/self/autogroup is empty for a process in the default autogroup (a session started
 # before autogroups were made, such as init's, which a CI job may inherit): the line is tagged,

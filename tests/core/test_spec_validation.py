@@ -135,8 +135,8 @@ def test_every_builtin_study_prints_a_spec_that_runs_as_is(tmp_path: Path) -> No
     import subprocess
     import sys
 
+    from iolab.spec.study import from_dict, load_spec_file
     from iolab.studies import builtin
-    from iolab.studies.spec import from_dict, load_spec_file
 
     for name, mod in builtin.available().items():
         out = subprocess.run([sys.executable, "-m", "iolab.cli", "study", name, "--quick", "--print-spec"],
@@ -189,7 +189,7 @@ def test_a_workloads_own_probes_replace_the_studys_and_stay_out_of_ids_when_unse
     without a tracer are two configurations); unset, the configuration is what it was before
     the key existed, so stored runs keep their ids."""
     from iolab.core.model import config_id
-    from iolab.studies.spec import from_dict
+    from iolab.spec.study import from_dict
 
     doc = {"study": {"name": "p", "probes": ["qemu_syscalls"]}, "target": {"kind": "loop"},
            "workloads": [{"name": "count", "kind": "fio", "rw": "read"},
@@ -204,7 +204,7 @@ def test_a_workload_runs_only_on_the_targets_it_names() -> None:
     """`targets` in a workload table pairs it with those targets; without it, every target.
     The key is the spec's, not the workload's: the configuration (and its id) does not hold it."""
     from iolab.core.errors import SpecError
-    from iolab.studies.spec import from_dict
+    from iolab.spec.study import from_dict
 
     doc = {"study": {"name": "pairs"},
            "targets": [{"name": "a", "kind": "loop"}, {"name": "b", "kind": "loop", "size": "64M"}],

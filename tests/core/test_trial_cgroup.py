@@ -31,8 +31,8 @@ from iolab.cgroups.trial import SpawnCgroup, TrialCgroup
 from iolab.core import owner, registry, resources
 from iolab.core.exec import ExecRequest
 from iolab.runner.runner import Runner
+from iolab.spec.study import from_dict
 from iolab.store.registry import open_store
-from iolab.studies.spec import from_dict
 
 pytestmark = [needs_root]
 

@@ -32,7 +32,7 @@ from tests.core.helpers import Lab, _toml, drive, make_lab, needs_fio, needs_roo
 from iolab.core import registry
 from iolab.core.errors import SpecError
 from iolab.core.paths import cache_dir
-from iolab.studies import spec as specs
+from iolab.spec import study as specs
 from iolab.targets.base import refusal
 
 pytestmark = [needs_root, needs_fio]
@@ -238,7 +238,7 @@ def test_a_refused_host_side_pair_really_cannot_run(world: dict[str, Any]) -> No
     assert len(pairs) >= 8, pairs
     spec = lab.root / "forced.toml"
     spec.write_text(_toml_doc(_doc(pairs, world["targets"], "pairs-forced")))
-    forced = ("import sys\nimport iolab.studies.spec as s\ns.refusal = lambda needs, offer: None\n"
+    forced = ("import sys\nimport iolab.spec.study as s\ns.refusal = lambda needs, offer: None\n"
               f"sys.argv = ['iolab', 'run', {str(spec)!r}, '--db', {str(lab.root / 'forced.sqlite')!r}, "
               f"*{world['destroy']!r}]\n"
               "from iolab.entry import main\nmain()\n")

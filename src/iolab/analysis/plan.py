@@ -29,7 +29,7 @@ from iolab.analysis import calibration, checks
 from iolab.analysis.sequential import LookDesign, interval_batch, relative_half_width
 from iolab.core.metrics import NONNEG, Domain, Metric
 from iolab.core.model import Config
-from iolab.studies.spec import StudySettings, StudySpec
+from iolab.spec.study import StudySettings, StudySpec
 
 MAX_FAILURES_WITHOUT_SUCCESS = 2
 

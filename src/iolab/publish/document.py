@@ -88,7 +88,7 @@ def analyse_document(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str], li
     module = builtin.analysis_module(analysis)
     try:
         if doc.get("children") is not None:
-            if not hasattr(module, "findings"):  # the A/B verdict (report/ab.py): its rows are typed in analysis/ab.py
+            if not hasattr(module, "findings"):  # the A/B verdict (publish/ab.py): its rows are typed in analysis/ab.py
                 doc["findings"] = module.analyze(doc)
                 return (doc, *module.present(doc, doc["findings"]))
             findings = module.findings(doc)

@@ -38,7 +38,7 @@ from iolab.core.inputs import parse_user_toml, read_user_text
 from iolab.core.model import Config
 from iolab.core.units import parse_duration
 from iolab.probes.registry import probe_classes
-from iolab.studies import fio_import
+from iolab.spec import fio_import
 from iolab.targets.offer import Needs, TargetOffer, refusal
 
 

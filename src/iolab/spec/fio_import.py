@@ -1,6 +1,6 @@
 """`iolab run jobs.fio`: an existing fio job file becomes a study with iolab's statistics.
 
-The file was read by `studies.spec.load_spec_file` (a regular file, at most 1 MiB, UTF-8);
+The file was read by `spec.study.load_spec_file` (a regular file, at most 1 MiB, UTF-8);
 the `fio-jobfile` workload checks it against the job-file sandbox (fio/sandbox.py)
 when the spec is validated, so a refused file exits 2 before anything is created.
 """
