@@ -55,7 +55,6 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 LATE_OK = {
     "iolab.cli": "each command imports what it runs: `iolab --help` and `iolab runs` start fast",
     "iolab.entry": "the command is imported after the stop signals are handled (docstring of entry.py)",
-    "iolab.report.render": "csv and json never import matplotlib (docstring of report/render.py)",
 }
 
 
