@@ -36,7 +36,7 @@ from iolab.core import metrics, registry
 from iolab.core.errors import SpecError
 from iolab.core.inputs import parse_user_toml, read_user_text
 from iolab.core.model import Config
-from iolab.core.units import parse_duration
+from iolab.core.units import positive_duration
 from iolab.probes.registry import probe_classes
 from iolab.spec import fio_import
 from iolab.targets.offer import Needs, TargetOffer, refusal
@@ -69,12 +69,7 @@ class StudySettings(BaseModel):
     @field_validator("trial_timeout", "budget", mode="before")
     @classmethod
     def _duration(cls, v: Any, info: ValidationInfo) -> Any:
-        if v is None:
-            return None
-        seconds = parse_duration(v)
-        if seconds <= 0:
-            raise ValueError(f"{info.field_name} must be longer than 0 s, got {v!r}")
-        return seconds
+        return positive_duration(v, str(info.field_name))
 
 
 @dataclass

@@ -202,6 +202,15 @@ class Target(ABC):
     def teardown(self) -> None:
         """Undo setup(); must be safe to call after a partial setup and more than once."""
 
+    def undone_on_failure(self, make: Callable[[], Placement]) -> Placement:
+        """`make()`'s placement; if it raises or is interrupted, teardown() first, so a setup
+        cut short leaves nothing behind (for a setup() that does not undo its own steps)."""
+        try:
+            return make()
+        except BaseException:
+            self.teardown()
+            raise
+
     def preflight(self) -> None:  # noqa: B027 -- optional hook: most targets need no check
         """Checks that must pass before anything at all is created (e.g. the data-safety guard)."""
 

@@ -335,11 +335,7 @@ class FsImageTarget(Target):
         self.checked = _identity(self.params.image)
 
     def setup(self) -> Placement:
-        try:
-            return self._setup()
-        except BaseException:
-            self.teardown()
-            raise
+        return self.undone_on_failure(self._setup)
 
     def _setup(self) -> Placement:
         p = self.params
