@@ -55,7 +55,7 @@ from iolab.core.inputs import path_problem
 from iolab.core.resources import ORDER_MOUNTS, Ledger, Resource, ResourceKind, SweepScope, register_kind
 from iolab.core.units import format_size
 from iolab.targets import blockinfo
-from iolab.targets.base import MachineCheck, Placement, Target, TargetOffer, TargetParams
+from iolab.targets.base import MachineCheck, Placement, Target, TargetOffer, TargetParams, close_host
 from iolab.targets.offer import HOST_CAPABILITIES
 
 KIND = "fsimage"  # the target kind and its ledger entries' kind
@@ -368,12 +368,8 @@ class FsImageTarget(Target):
         return Placement(executor=self.executor, directory=str(mnt / tag), host_device=name, manifest=manifest)
 
     def teardown(self) -> None:
-        if self.executor:
-            self.executor.close()
-            self.executor = None
-        if self.made:
-            self.ledger.release(self.made)
-            self.made = None
+        close_host(self.executor, self.ledger, self.made)
+        self.executor = self.made = None
         if self.fd is not None:
             os.close(self.fd)  # the lock goes with it
             self.fd = None
