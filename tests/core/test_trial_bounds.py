@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from tests.core.helpers import LOOP_TARGET, Lab, needs_root, one_line, study_table
 
+from iolab.cgroups import executor as host_exec  # MAX_OUTPUT as the host executor reads it
 from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import Bounds, TrialCgroup
-from iolab.core import exec as host_exec
 from iolab.core.confine import Confinement
 from iolab.core.exec import ExecRequest
 from iolab.fio import sandbox as fio_sandbox
