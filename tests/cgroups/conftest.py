@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.core.fixtures import basic_run, canaries, lab  # noqa: F401  (shared: tests/core/fixtures.py)
 
 from iolab.cgroups import detect
 from iolab.cgroups.executor import HostExecutor

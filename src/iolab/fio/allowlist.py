@@ -9,7 +9,7 @@ sandbox. `REFUSED` only exists to give the common dangerous names a precise reas
 Names are matched exactly (case-sensitive, no prefixes), as fio's `o_match()` does for
 job files; an alias maps to its option's canonical name. Every name and alias here is
 checked against the installed fio (`fio --cmdhelp=NAME`, `fio --enghelp=ENGINE`) by
-tests/core/test_fio_sandbox.py, so a typo cannot silently allow a different option.
+tests/fio/test_fio_sandbox.py, so a typo cannot silently allow a different option.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
   percentiles are ordered, the metrics are the numbers YCSB printed (read back from the
   stored raw output with a pattern of the test's own), both threads ran, and the database
   was on the loop device (its write counters saw at least the records).
-* The parser and the judge on captured real output (tests/core/data/ycsb): every value as
+* The parser and the judge on captured real output (tests/workloads/data/ycsb): every value as
   printed and nothing more, and each failure YCSB exits 0 for is a failed trial.
 * Hostile parameters and targets: exit 2 naming the key. No java, or no built jars: a clear
   capability message before anything runs.

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from tests.core import owned
 from tests.core.helpers import IOLAB, Lab, fio_workload, needs_fio, needs_root, study_table
-from tests.core.test_concurrent_runs import _bfq_and_cgroups
+from tests.runner.test_concurrent_runs import _bfq_and_cgroups
 
 pytestmark = [needs_root, needs_fio]
 

@@ -79,7 +79,7 @@ def test_missing_compiler_is_a_clear_error(tmp_path: Path,
 
 
 def test_package_holds_the_only_source() -> None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     assert (repo / "src/iolab/native/iolab_writemode.c").is_file()
     assert not (repo / "native/iolab_writemode.c").exists()
 
