@@ -2,7 +2,7 @@
 
 Every line is a check that can fail: facts are read at the edge (`gather`), then a pure
 decision turns them into a state and a detail that says what to do. The decisions are
-tested on given facts (both outcomes) in tests/core/test_doctor.py.
+tested on given facts (both outcomes) in tests/doctor/test_doctor.py.
 
 States: ok; warn (iolab works, but a result may be off or a study may not run: the detail
 says why and what to do); missing (a program or facility a study needs is absent); fail

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from iolab.report.model import Table, Tag
+from iolab.spec.study import from_dict
 from iolab.studies import virtio
 from iolab.studies.common import size_label
-from iolab.studies.spec import from_dict
 
 MiB = 1 << 20
 BUSES = virtio.spec.MAIN_BUSES + virtio.spec.EXTRA_BUSES
