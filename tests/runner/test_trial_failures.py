@@ -52,7 +52,7 @@ def test_a_parse_error_in_one_configuration_fails_only_its_trials(lab: Lab) -> N
     assert len(broken) == 2 and all(t["status"] == "failed" for t in broken)  # abandoned after two, not retried forever
     for t in broken:
         assert t["error"] == "KeyError: 'iops'", t["error"]
-        assert "fio_engine.py" in t["traceback"] and "job_metrics" in t["traceback"], t["traceback"]
+        assert "iolab/fio/engine.py" in t["traceback"] and "job_metrics" in t["traceback"], t["traceback"]
         assert t["traceback"].rstrip().endswith("KeyError: 'iops'")
     lab.assert_nothing_left()
 
