@@ -258,7 +258,8 @@ def _tool(name: str, package: str) -> str:
 def _check_static_libs(cc: str) -> None:
     """gcc finds each static library the link needs, or CapabilityMissing naming its package."""
     for lib, package in STATIC_LIBS.items():
-        found = subprocess.run([cc, f"-print-file-name={lib}"], capture_output=True, text=True, timeout=30).stdout.strip()
+        found = subprocess.run([cc, f"-print-file-name={lib}"], capture_output=True, text=True,
+                               timeout=30).stdout.strip()
         if not os.path.isabs(found):
             raise CapabilityMissing(f"{lib} not found: the static guest fio links it "
                                     f"(Debian/Ubuntu: apt-get install {package})")
