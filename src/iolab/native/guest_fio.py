@@ -101,8 +101,22 @@ def upstream_version(debian_version: str) -> str:
     return v.rsplit("-", 1)[0] if "-" in v else v
 
 
+DPKG_STATUS = Path("/var/lib/dpkg/status")
+
+
 def host_version() -> str:
-    """The upstream version of the host's installed fio package; CapabilityMissing if unknown."""
+    """The upstream version of the host's installed fio package; CapabilityMissing if unknown.
+    Asked of dpkg once per state of its database (every guest start asks)."""
+    try:
+        st = DPKG_STATUS.stat()
+        stamp = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = (0, 0)
+    return _host_version(stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _host_version(_stamp: tuple[int, int]) -> str:
     dpkg = shutil.which("dpkg-query")
     if not dpkg:
         raise CapabilityMissing("dpkg-query not found: the static guest fio follows the host's Debian fio package")
@@ -172,6 +186,9 @@ def installed(version: str | None = None) -> StaticFio:
 def for_guest(host_fio: Path = HOST_FIO) -> GuestFio:
     """What the built-in guest carries: the static build when it is installed and says the same
     `--version` as the host's fio; otherwise the host's fio with its libraries, and why."""
+    if not host_fio.is_file():
+        raise CapabilityMissing(f"fio not found at {host_fio}: the built-in guest carries the host's fio version "
+                                "(Debian/Ubuntu: apt-get install fio)")
     host_v = fio_version(host_fio)
     try:
         static = installed()
