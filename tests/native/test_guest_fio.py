@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -197,3 +200,36 @@ def test_a_damaged_cached_download_is_fetched_again(empty_cache: Path) -> None:
         raise
     assert guest_fio.sha256_of(got) == guest_fio.KNOWN_SOURCES[v]
     assert sorted(p.name for p in sources.iterdir()) == [got.name]  # no .download- left
+
+
+def test_a_build_killed_midway_leaves_nothing_the_next_build_trips_on(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real build from the pinned source in a fresh cache, with a first builder killed
+    (SIGKILL, its make and gcc with it) while it compiles: the second build waits for the lock,
+    clears the dead one's work, and leaves one finished build and the verified source."""
+    v = guest_fio.host_version()
+    if v not in guest_fio.KNOWN_SOURCES:
+        pytest.skip("no pinned source for the host's fio")
+    source = guest_fio.root() / "sources" / f"fio_{v}.orig.tar.gz"
+    if not source.is_file():
+        pytest.fail(f"set-up keeps the verified source at {source}; it is missing")
+    cache = tmp_path / "cache"
+    env = {"PATH": "/usr/bin:/bin", "IOLAB_CACHE": str(cache)}
+    argv = [sys.executable, "-m", "iolab.native.guest_fio", "--source", str(source)]
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    root = cache / "guest-fio"
+    deadline = time.monotonic() + 300
+    while not list(root.glob(".build-*/src/fio-*/config-host.mak")):  # configure is done: make runs
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "the build never got to make"
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert list(root.glob(".build-*")), "the killed build left its work (what the next build must clear)"
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    assert second.returncode == 0, second.stdout + second.stderr
+    monkeypatch.setenv("IOLAB_CACHE", str(cache))
+    built = guest_fio.installed(v)
+    assert _leftovers(cache) == [built.binary.parent.name]
+    assert guest_fio.fio_version(built.binary) == f"fio-{v}"
+    assert set(allowlist.ENGINES) <= set(guest_fio.engines_of(built.binary))

@@ -356,6 +356,7 @@ def build(version: str | None = None, tarball: Path | None = None) -> StaticFio:
     root().mkdir(parents=True, exist_ok=True)
     with open(root() / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; the second finds the first's
+        _remove_dead_work()
         if not (final / "build.json").is_file():
             if tarball is not None:
                 verify(tarball, v)
@@ -371,6 +372,16 @@ def build(version: str | None = None, tarball: Path | None = None) -> StaticFio:
                 shutil.rmtree(tmp, ignore_errors=True)
             _remove_stale(final)
     return installed(v)
+
+
+def _remove_dead_work() -> None:
+    """Temporary build directories and partial downloads of a builder that was killed: with the
+    lock held nobody else is building, so whatever is there is dead (~60 MB of objects)."""
+    for dead in [*root().glob(".build-*"), *root().glob("sources/.download-*")]:
+        if dead.is_dir():
+            shutil.rmtree(dead, ignore_errors=True)
+        else:
+            dead.unlink(missing_ok=True)
 
 
 def _remove_stale(keep: Path) -> None:
