@@ -20,6 +20,11 @@ Like the ycsb build (native/ycsb_build.py) it is cached under `$IOLAB_CACHE/gues
 by a hash of the source digest, version and flags, built in a temporary directory renamed into
 place under a lock. Set-up builds it (`./setup.sh install` runs `python -m
 iolab.native.guest_fio`, ~10 s on 2 cores); a trial never builds, it only looks (`installed()`).
+
+Size: one build whole, as ycsb_build.py is: which version and which fio the guest gets
+(`for_guest`), the cache, fetching and checking the source, building and checking the result,
+the set-up command. If a second guest program gets a static build, the fetch-verify-build
+half becomes a shared module.
 """
 
 from __future__ import annotations
