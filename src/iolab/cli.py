@@ -707,7 +707,7 @@ def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b:
         (err if as_json else out).print(f"report: {path}")  # stdout is the JSON alone
     blocks = len(study.blocks)
     if as_json:
-        click.echo(json.dumps(ab_report.as_json(rows, design, blocks, run_id), indent=2))
+        click.echo(json.dumps(ab_report.AbVerdict(run_id, blocks, design, rows).as_json(), indent=2))
     else:
         click.echo(ab_report.text(rows, design, blocks))
     if not rows or all(r.verdict == "invalid" for r in rows):

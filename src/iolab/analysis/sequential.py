@@ -35,7 +35,7 @@ tests/analysis/coverage.py) run the very functions the runner and the reports ca
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -310,6 +310,17 @@ class RunEstimator:
                         domain: Domain = NONNEG) -> Estimate:
         """The ratio's interval after `extra` more repetitions of both sides (MOVER of the projections)."""
         return mover_ratio(self.projected(num, extra, domain), self.projected(den, extra, domain))
+
+    def ratio_ahead(self, num: Sequence[float | None], den: Sequence[float | None],
+                    domain: Domain = NONNEG) -> Callable[[int], tuple[float, float]]:
+        """k -> the ratio's (lo, hi) after k more repetitions of both sides: the projection
+        `verdicts.more_needed` walks to say how many more repetitions would decide a verdict."""
+
+        def ends(extra: int) -> tuple[float, float]:
+            e = self.projected_ratio(num, den, extra, domain)
+            return e.lo, e.hi
+
+        return ends
 
     def ratio_of(self, aggregate: str, num: Sequence[float], den: Sequence[float],
                  rels: tuple[float, float] = (0.0, 0.0)) -> Estimate:
