@@ -4,14 +4,19 @@ why), and a source that is not the pinned one refused with nothing left behind."
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gzip
+import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -184,22 +189,44 @@ def test_a_tarball_that_is_not_the_pinned_one_is_refused_and_nothing_is_left(
     assert not list(cache.glob("guest-fio/sources/*"))  # a refused source is not kept either
 
 
-def test_a_damaged_cached_download_is_fetched_again(empty_cache: Path) -> None:
-    """Debian's pool is the one registry this reaches; without it the test cannot run."""
+def test_a_damaged_cached_download_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fetch goes to a Debian mirror on loopback (IOLAB_DEBIAN_MIRROR) serving the verified
+    source set-up kept: a damaged cached copy is replaced by a checked download, and no
+    temporary file is left. No test reaches beyond loopback."""
     v = guest_fio.host_version()
     if v not in guest_fio.KNOWN_SOURCES:
         pytest.skip("no pinned source for the host's fio")
+    kept = guest_fio.root() / "sources" / f"fio_{v}.orig.tar.gz"
+    if not kept.is_file():
+        pytest.fail(f"set-up keeps the verified source at {kept}; it is missing")
+    pool = tmp_path / "mirror" / "pool" / "main" / "f" / "fio"
+    pool.mkdir(parents=True)
+    shutil.copy(kept, pool / kept.name)
+    monkeypatch.setenv("IOLAB_CACHE", str(tmp_path / "cache"))
     sources = guest_fio.root() / "sources"
     sources.mkdir(parents=True)
-    (sources / f"fio_{v}.orig.tar.gz").write_bytes(b"damaged")
-    try:
+    (sources / kept.name).write_bytes(b"damaged")
+    with _loopback_http(tmp_path / "mirror") as base:
+        monkeypatch.setenv(guest_fio.MIRROR_ENV, base)
+        assert guest_fio.source_url(v).startswith(base)
         got = guest_fio.fetch(v)
-    except guest_fio.IolabError as exc:
-        if "downloading" in str(exc):
-            pytest.skip(f"deb.debian.org not reachable: {exc}")
-        raise
+    assert got.parent == sources
     assert guest_fio.sha256_of(got) == guest_fio.KNOWN_SOURCES[v]
     assert sorted(p.name for p in sources.iterdir()) == [got.name]  # no .download- left
+
+
+@contextlib.contextmanager
+def _loopback_http(directory: Path) -> Iterator[str]:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 def test_a_build_killed_midway_leaves_nothing_the_next_build_trips_on(tmp_path: Path,

@@ -55,7 +55,8 @@ from iolab.core.paths import cache_dir
 KNOWN_SOURCES: dict[str, str] = {
     "3.33": "d2410e13e0f379d061d077cc5ae325835bb7c6186aa7bafc1df954cbc9b014fc",
 }
-POOL = "https://deb.debian.org/debian/pool/main/f/fio/"  # the only host this module talks to
+DEBIAN_MIRROR = "https://deb.debian.org/debian"  # the only host this module talks to, unless told otherwise
+MIRROR_ENV = "IOLAB_DEBIAN_MIRROR"  # a local Debian mirror (the same pool layout); the sha256 pin still decides
 MAX_TARBALL = 64 << 20  # fio's source is ~6 MB; a larger answer is not it
 CONFIGURE_FLAGS: tuple[str, ...] = (
     "--build-static", "--disable-native", "--disable-numa", "--disable-rdma", "--disable-rados",
@@ -217,7 +218,10 @@ def for_guest(host_fio: Path = HOST_FIO) -> GuestFio:
 # ---------------------------------------------------------------- fetching the source
 
 def source_url(version: str) -> str:
-    return f"{POOL}fio_{version}.orig.tar.gz"
+    """Where fio's source is fetched: Debian's pool on deb.debian.org, or on the mirror that
+    $IOLAB_DEBIAN_MIRROR names (machines that reach only a local mirror; the tests' loopback one)."""
+    mirror = os.environ.get(MIRROR_ENV, "").strip() or DEBIAN_MIRROR
+    return f"{mirror.rstrip('/')}/pool/main/f/fio/fio_{version}.orig.tar.gz"
 
 
 def sha256_of(path: Path) -> str:
