@@ -55,7 +55,7 @@ from iolab.analysis.stats import (
 )
 from iolab.core.metrics import NONNEG, Domain, Metric
 from iolab.core.model import config_id_of_trial
-from iolab.studies.spec import StudySettings
+from iolab.spec.study import StudySettings
 
 
 @dataclass(frozen=True)
