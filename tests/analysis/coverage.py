@@ -18,7 +18,9 @@ What is estimated is the median of the configuration's repetitions (docs/statist
 truth of each cell is its noise's population median (under drift: of the trials that ran).
 
 `python -m tests.analysis.coverage` prints both tables of docs/statistics.md (10 000 studies
-per cell; about ten minutes on a loaded two-core machine). tests/analysis/test_adaptive_coverage.py
+per cell; about ten minutes on a loaded two-core machine); `--dependence` the runs of 8
+configurations; `--runner-design` and `--runner-held-out-4` the runner's dependence rule
+(about 15 minutes each). tests/analysis/test_adaptive_coverage.py
 runs a smaller version and recomputes a few published cells exactly.
 """
 
@@ -51,9 +53,15 @@ HELD_OUT_2 = ("exponential", "t2", "mixture 5% ×2", "two modes 50% +10%", "ar1 
 DEPENDENCE_DESIGN = ("normal", "ar1 ρ=0.4", "ar1 ρ=0.7", "ma1 θ=0.5")
 HELD_OUT_3 = ("ar1 ρ=0.3", "ar1 ρ=0.5", "ar1 ρ=0.8", "ma1 θ=0.9", "ar1 ρ=0.5 lognormal", "sine drift 5%",
               "lognormal σ=1", "mixture 10% +30%")
+# The runner's own dependence rule (runs that suspect dependence repeat every configuration to the cap,
+# analysis/plan.py run_dependence; Z_TRIP chosen on DEPENDENCE_DESIGN only): HELD_OUT_3 had been read, so
+# this fourth set was written and committed before the rule was evaluated on it, and evaluated once.
+HELD_OUT_4 = ("ar1 ρ=0.6", "ma1 θ=0.7", "ar1 ρ=0.25", "exponential")
+DEPENDENCE_RATIOS = (0.5, 1.0, 3**0.5)  # CV 2.5 %, 5 %, 8.7 %: a table of 12 cells runs in ~15 minutes
 RUN_CONFIGS = 8  # configurations per simulated run where dependence is pooled
 ALL_SHAPES = DESIGN_SET + HELD_OUT + HELD_OUT_2 + ("ar1 ρ=0.4", "ar1 ρ=0.7", "ma1 θ=0.5", "ma1 θ=0.9",
-                                                  "ar1 ρ=0.5 lognormal", "sine drift 5%")
+                                                  "ar1 ρ=0.5 lognormal", "sine drift 5%", "ar1 ρ=0.6", "ma1 θ=0.7",
+                                                  "ar1 ρ=0.25")
 CV_RATIOS = (0.1, 0.5, 1.0, 3**0.5, 3.0)  # CV of the noise in units of ci_target
 DESIGNS = ((3, 10), (3, 3))
 CLOCK_MS = 20.0
@@ -192,6 +200,8 @@ def simulate(shape: str, design: tuple[int, int], cv_ratio: float, seed: int = 1
     values, truth, rel = draw(shape, rng, rows, last, cv)
     other, truth2, rel2 = draw(shape, rng, rows, last, cv)
     truth, truth2 = (np.broadcast_to(np.atleast_2d(t), values.shape) for t in (truth, truth2))
+    if configs > 1:
+        return _simulate_run(shape, design, cv_ratio, rule, configs, (values, truth, rel), (other, truth2, rel2))
     covered, covered2 = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
     flagged, missed = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
     reps = np.zeros(rows, dtype=int)
@@ -215,12 +225,50 @@ def simulate(shape: str, design: tuple[int, int], cv_ratio: float, seed: int = 1
         if not running.any():
             break
     assert not running.any(), "the stopping rule must stop every study by max_repetitions"
-    if configs > 1:  # the run's dependence, pooled over its configurations, widens what it is found in
-        for v, t, r, cov in ((values, truth, rel, covered), (other, truth2, rel2, covered2)):
-            flag, ok = _pooled_cover(v, t, r, reps, rule, configs)
-            cov[:] = ok
-            if v is values:
-                flagged |= flag
+    unflagged = float(covered[~flagged].mean()) if (~flagged).any() else math.nan
+    return Cell(shape, design, cv_ratio, float(covered.mean()), unflagged, float(flagged.mean()),
+                float(covered2.mean()), float(missed.mean()), float(reps.mean()), configs)
+
+
+Series = tuple[np.ndarray, np.ndarray, np.ndarray]  # values (rows, last), truth per look, relative resolution
+
+
+def _simulate_run(shape: str, design: tuple[int, int], cv_ratio: float, rule: StopRule, configs: int,
+                  main: Series, second: Series) -> Cell:
+    """Runs of `configs` configurations (rows study-major), in rounds as the runner makes them: after
+    every round each configuration asks rule.wants_more with the run's pooled dependence of the main
+    metric over the configurations' values so far (plan.run_dependence, what Runner._run_dependent
+    asks), so a run that trips sends every configuration, stopped ones included, on to its cap. At the
+    end the report's intervals: widened by the run's pooled dependence (RunEstimator), flagged where it
+    is significant or a configuration's own check trips."""
+    values, truth, rel = main
+    rows, last = values.shape
+    first = design[0]
+    y = np.log(np.where(values > 0, values, np.nan))
+    y = np.where(np.isfinite(y), y, values).reshape(-1, configs, last)
+    reps = np.zeros(rows, dtype=int)
+    missed = np.zeros(rows, dtype=bool)
+    more = np.ones(rows, dtype=bool)
+    while more.any():
+        reps[more] += 1
+        for n in np.unique(reps[more]):
+            m = more & (reps == n)
+            if n >= first:
+                _, lo, hi = _reported(values[m, :n], rule, rel[m, :n])
+                missed[m] |= ~((lo <= truth[m, n - 1]) & (truth[m, n - 1] <= hi))
+        _, z, _, _ = dependence.pooled_batch(y, reps.reshape(-1, configs))
+        tripped = np.repeat(z < -dependence.Z_TRIP, configs)
+        for n in np.unique(reps):
+            m = reps == n
+            more[m] = np.asarray(rule.wants_more(values[m, :n], 0, tripped[m]), dtype=bool)
+    flagged = np.zeros(rows, dtype=bool)
+    for n in np.unique(reps):
+        m = reps == n
+        trips = checks.tripped(values[m, :n], calibration.check_thresholds(int(n)))
+        flagged[m] = trips["trend"] | trips["dependence"] | trips["two_modes"]
+    flag, covered = _pooled_cover(values, truth, rel, reps, rule, configs)
+    flagged |= flag
+    _, covered2 = _pooled_cover(*second, reps, rule, configs)
     unflagged = float(covered[~flagged].mean()) if (~flagged).any() else math.nan
     return Cell(shape, design, cv_ratio, float(covered.mean()), unflagged, float(flagged.mean()),
                 float(covered2.mean()), float(missed.mean()), float(reps.mean()), configs)
@@ -263,6 +311,13 @@ def cells_of(shapes: tuple[str, ...], studies: int = STUDIES, ratios: tuple[floa
     return [simulate(s, d, r, studies=studies, configs=configs) for d in designs for s in shapes for r in ratios]
 
 
+def runner_rule_tables(n: int, which: str) -> str:
+    """Runs of RUN_CONFIGS configurations under the runner's dependence rule, looks 3..10 (the cap is
+    where the rule acts): `which` "design" (DEPENDENCE_DESIGN) or "held-out-4" (HELD_OUT_4)."""
+    shapes = DEPENDENCE_DESIGN if which == "design" else HELD_OUT_4
+    return table(cells_of(shapes, n, DEPENDENCE_RATIOS, ((3, 10),), configs=RUN_CONFIGS))
+
+
 def dependence_tables(n: int) -> str:
     """The two tables of runs of RUN_CONFIGS configurations (dependence pooled over them)."""
     return "\n".join([
@@ -276,6 +331,10 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(args[0]) if args else STUDIES
     print(f"{n} simulated studies per row, ci_target = {CI_TARGET:.0%}\n")
+    for flag in ("--runner-design", "--runner-held-out-4"):  # one table each (run them side by side)
+        if flag in sys.argv:
+            print(runner_rule_tables(n, "design" if flag == "--runner-design" else "held-out-4"))
+            sys.exit(0)
     if "--dependence" not in sys.argv:  # the single-configuration tables
         print("Design set (the intervals were calibrated on these):\n")
         print(table(cells_of(DESIGN_SET, n)))

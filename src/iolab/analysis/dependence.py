@@ -40,6 +40,10 @@ import numpy as np
 
 Z_FLAG = 1.645  # one-sided 5 %: the pooled evidence that flags the run's numbers of the metric
 Z_WIDEN = 1.0  # one-sided 16 %: the evidence from which the intervals are widened (flagged or not)
+# The evidence, pooled over the repetitions so far, on which the runner sends every configuration of the
+# metric on to its cap (analysis/plan.py run_dependence): looser than Z_FLAG because at three values a
+# configuration says little about ρ, and only the cap's values can decide the flag. Chosen on the design set.
+Z_TRIP = 1.0
 RHO_MARGIN = 0.0  # the widening uses ρ̂ + RHO_MARGIN standard errors (ρ̂ itself: chosen on the design set)
 RHO_GRID = np.linspace(-0.9, 0.95, 186)
 RHO_CAP = 0.9  # the largest ρ an interval is widened for (beyond it n values are worth about one)
@@ -88,6 +92,11 @@ class Dependence:
     def significant(self) -> bool:
         """Flagged: the run's numbers of this metric carry the `dependence` check."""
         return bool(self.z < -Z_FLAG)
+
+    @property
+    def suspected(self) -> bool:
+        """Enough evidence that the runner repeats every configuration of the metric to its cap."""
+        return bool(self.z < -Z_TRIP)
 
 
 NONE = Dependence(math.nan, math.nan, 0, 0.0)
