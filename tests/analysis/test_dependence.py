@@ -58,14 +58,18 @@ def test_a_strongly_dependent_run_is_flagged_and_wider_than_its_t_interval() -> 
             plain = sequential_ci(values, LookDesign(3, N), NONNEG)
             assert "dependence" in e.checks, (seed, e)
             assert "dependence ρ=" in e.method, e.method
-            assert e.hi - e.lo > 1.5 * _t_width(values), (seed, e, _t_width(values))
-            assert e.hi - e.lo > 1.5 * (plain.hi - plain.lo), (seed, e, plain)
+            assert e.hi - e.lo > 2 * _t_width(values), (seed, e, _t_width(values))
+            assert e.hi - e.lo > 2 * (plain.hi - plain.lo), (seed, e, plain)
             assert e.lo <= plain.lo and plain.hi <= e.hi  # widened around the same estimate
         assert run_dependence(series), seed
 
 
 def test_independent_runs_are_not_flagged_beyond_the_tests_false_alarm_rate() -> None:
+    """Flagged at Z_FLAG's 5 %; widened on any sign of dependence (z < 0, half of them), but by
+    little: the factor is at an upper bound of ρ near 0 (measured: mean width 1.26 times the plain
+    interval over 240 configurations, against at least 2.9 times under ρ = 0.9)."""
     flagged = widened = tripped = 0
+    ratios = []
     for seed in range(40):
         series = _series(np.random.default_rng([25, seed]), rho=0.0)
         est = RunEstimator(_doc(series))
@@ -74,12 +78,14 @@ def test_independent_runs_are_not_flagged_beyond_the_tests_false_alarm_rate() ->
         widened += any("dependence" in e.method for e in estimates)
         tripped += run_dependence(series)
         for values, e in zip(series, estimates, strict=True):
+            plain = sequential_ci(values, LookDesign(3, N), NONNEG)
+            ratios.append((e.hi - e.lo) / (plain.hi - plain.lo))
             if "dependence" not in e.method:  # not widened: the interval is exactly the plain one
-                plain = sequential_ci(values, LookDesign(3, N), NONNEG)
                 assert (e.lo, e.hi) == (plain.lo, plain.hi)
     assert flagged <= 4, flagged  # Z_FLAG: 5 % one-sided, 2 of 40 expected
-    assert widened <= 12, widened  # Z_WIDEN: 16 %, 6.4 of 40 expected
+    assert widened <= 28, widened  # Z_WIDEN = 0: half of them, 20 of 40 expected
     assert tripped <= 12, tripped  # Z_TRIP: 16 %
+    assert float(np.mean(ratios)) < 1.5, float(np.mean(ratios))
 
 
 def test_a_metric_is_pooled_with_its_own_kind_only() -> None:
