@@ -22,10 +22,13 @@ the ratio's variance under independent normal values (von Neumann 1941).
 **What it does.** When z < −Z_WIDEN, every interval of that metric in the run is widened by the
 factor dependence makes in the variance of a mean, √(f(n − 1) / (n − f)), f = 1 + 2 Σ_{k<n}
 (1 − k/n) ρ^k, at ρ = ρ̂ + RHO_MARGIN standard errors (at most RHO_CAP); when z < −Z_FLAG it
-also carries the `dependence` check (no 95 % is claimed for it). Z_WIDEN, RHO_MARGIN and Z_FLAG
-were chosen on the design set only (tests/analysis/coverage.py DEPENDENCE_DESIGN: normal,
-AR(1) ρ = 0.4 and 0.7, MA(1) θ = 0.5, in runs of 8 configurations) and judged on a held-out set
-written before it was evaluated (docs/statistics.md). A run of one configuration has nothing to
+also carries the `dependence` check (no 95 % is claimed for it). While the run runs, the runner
+asks the same test of its main metric after every trial (analysis/plan.py run_dependence): below
+−Z_TRIP every configuration of that metric is repeated to its cap. The constants were chosen on
+the design set only (tests/analysis/coverage.py DEPENDENCE_DESIGN: normal, AR(1) ρ = 0.4 and 0.7,
+MA(1) θ = 0.5, in runs of 8 configurations); Z_TRIP was judged on the fourth held-out set, and the
+widening retuned after it (Z_WIDEN 1.0 → 0, RHO_MARGIN 0 → 1.5) on the fifth, each written and
+committed before it was evaluated (docs/statistics.md). A run of one configuration has nothing to
 pool: its intervals are not widened.
 """
 

@@ -262,8 +262,9 @@ class RunEstimator:
     (analysis.trials.relative_resolution), which widens the interval (stats.with_resolution).
 
     **The run's dependence.** Every metric's lag-1 dependence between consecutive repetitions is
-    pooled over the run's configurations (analysis/dependence.py); where it is significant, every
-    interval of that metric is widened for it and carries the `dependence` check. An estimate's
+    pooled over the run's configurations (analysis/dependence.py); on any sign of it every interval
+    of that metric is widened for it, and where it is significant each also carries the `dependence`
+    check. An estimate's
     values are matched to their metric by the stored series they are (a configuration's values of
     one metric in trial order): values that are not a stored series of this run are not widened."""
 
