@@ -110,3 +110,21 @@ def test_the_stop_rule_repeats_to_the_cap_while_the_run_is_dependent() -> None:
     assert capped.startswith("cap of 10 reached") and "pooled over the run's configurations" in capped
     batch = np.array([narrow, narrow])
     assert list(rule.wants_more(batch, 0, np.array([True, False]))) == [True, False]
+
+
+def test_a_run_too_small_to_say_anything_is_never_pooled() -> None:
+    """Two configurations of three values (a --quick study) rising in perfect order: the upper bound
+    of ρ from 4 pairs is the cap, which would widen every interval 4.6 times; below MIN_PAIRS the run
+    is not pooled (not widened, not flagged, not repeated for it), and 8 such configurations are."""
+    rising = [[100.0, 101.0, 102.0], [50.0, 50.5, 51.0]]
+    assert sum(len(s) - 1 for s in rising) < dependence.MIN_PAIRS
+    d = dependence.pooled(rising)
+    assert d.rho_widen == 0 and not d.significant and not d.suspected and not run_dependence(rising)
+    est = RunEstimator({"spec": {"study": {"repetitions": 3, "max_repetitions": 3}}, "trials": [
+        {"id": f"c{c}-r{i}", "status": "ok", "metrics": {"iops": v}} for c, s in enumerate(rising) for i, v in
+        enumerate(s)]})
+    for values in rising:
+        assert est.estimate(values, NONNEG) == sequential_ci(values, LookDesign(3, 3), NONNEG)
+    eight = [[v * (1 + c) for v in rising[0]] for c in range(8)]
+    assert dependence.pooled(eight).significant and run_dependence(eight)
+

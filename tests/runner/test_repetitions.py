@@ -143,14 +143,17 @@ def test_a_missing_capability_is_not_retried(flaky_target: Path) -> None:
     assert all((r["ok"], r["failed"]) == (0, 1) for r in doc["findings"]["repetitions"])
 
 
-# Four configurations whose repetitions move slowly (each next value close to the last), each narrow
-# enough at three values to stop there on its own, and with no check of its own tripping at 5 or 6
-# values: only the run's pooled dependence (plan.run_dependence) can send them on.
-ALIKE_IN_ORDER = [[100.0, 100.3, 100.5, 100.4, 100.1, 99.8], [200.0, 200.8, 201.2, 200.9, 200.2, 199.6],
-                  [50.0, 50.1, 50.2, 50.15, 50.05, 49.95], [80.0, 79.8, 79.6, 79.7, 79.9, 80.1]]
+# Eight configurations (the 16 consecutive pairs at three values that dependence.MIN_PAIRS asks for)
+# whose repetitions move slowly (each next value close to the last), each narrow enough at three
+# values to stop there on its own, and with no check of its own tripping at 5 or 6 values: only the
+# run's pooled dependence (plan.run_dependence) can send them on.
+_ALIKE = [[100.0, 100.3, 100.5, 100.4, 100.1, 99.8], [200.0, 200.8, 201.2, 200.9, 200.2, 199.6],
+          [50.0, 50.1, 50.2, 50.15, 50.05, 49.95], [80.0, 79.8, 79.6, 79.7, 79.9, 80.1]]
+ALIKE_IN_ORDER = _ALIKE + [[v * 3 for v in s] for s in _ALIKE]
 # The same values of each configuration in an order that alternates (consecutive values apart).
-ALTERNATING = [[100.0, 100.5, 100.1, 100.4, 99.8, 100.3], [200.0, 201.2, 200.2, 200.9, 199.6, 200.8],
-               [50.0, 50.2, 50.05, 50.15, 49.95, 50.1], [80.0, 79.6, 79.9, 79.7, 80.1, 79.8]]
+_ALTERNATING = [[100.0, 100.5, 100.1, 100.4, 99.8, 100.3], [200.0, 201.2, 200.2, 200.9, 199.6, 200.8],
+                [50.0, 50.2, 50.05, 50.15, 49.95, 50.1], [80.0, 79.6, 79.9, 79.7, 80.1, 79.8]]
+ALTERNATING = _ALTERNATING + [[v * 3 for v in s] for s in _ALTERNATING]
 
 
 def _workloads(series: list[list[float]]) -> list[dict[str, Any]]:

@@ -51,6 +51,12 @@ Z_WIDEN = 0.0
 # configuration says little about ρ, and only the cap's values can decide the flag. Chosen on the design set.
 Z_TRIP = 1.0
 RHO_MARGIN = 1.5  # the widening uses ρ̂ + RHO_MARGIN standard errors (an upper bound: chosen on the design set)
+# The fewest consecutive pairs, summed over the configurations used (Σ n_c − 1), from which the run's
+# dependence is pooled at all: below it the standard error of ρ̂ is so large that its upper bound is the
+# cap (2 configurations of 3 values: every interval 4.6 times wider), and nothing is widened, flagged or
+# repeated for it (each configuration's own `dependence` check still runs). 16 is 8 configurations of 3
+# values, the smallest run the simulations (tests/analysis/coverage.py RUN_CONFIGS) judged the rule on.
+MIN_PAIRS = 16
 RHO_GRID = np.linspace(-0.9, 0.95, 186)
 RHO_CAP = 0.9  # the largest ρ an interval is widened for (beyond it n values are worth about one)
 N_TABLE = 200
@@ -89,7 +95,7 @@ def variance_factor(rho: float | np.ndarray, n: int | np.ndarray) -> np.ndarray:
 class Dependence:
     """A run's lag-1 dependence of one metric, pooled over its configurations."""
 
-    rho: float  # ρ̂ (NaN: fewer than two configurations with three values and a spread)
+    rho: float  # ρ̂ (NaN: fewer than two configurations with three values and a spread, or MIN_PAIRS)
     z: float  # the test statistic (negative: consecutive values alike)
     configurations: int
     rho_widen: float  # the ρ the intervals are widened for (0: not widened)
@@ -137,7 +143,7 @@ def pooled_batch(y: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     G = np.where(use[..., None], gi, 0.0).sum(axis=1) / np.maximum(k, 1)[:, None]  # decreasing in ρ
     rho = _solve(G, vbar)
     rho_hi = _solve(G, vbar - RHO_MARGIN * se_v)
-    ok = k >= 2
+    ok = (k >= 2) & (np.where(use, n - 1, 0).sum(axis=-1) >= MIN_PAIRS)
     rho = np.where(ok, rho, np.nan)
     widen = np.where(ok & (z < -Z_WIDEN), np.clip(rho_hi, 0.0, RHO_CAP), 0.0)
     return rho, np.where(ok, z, np.nan), k, widen
