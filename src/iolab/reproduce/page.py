@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from iolab.analysis import budget as spend
+from iolab.analysis.budget_record import BudgetSection
 from iolab.analysis.findings import Findings
 from iolab.analysis.record import JSONObject, Record
 from iolab.analysis.trials import Doc
@@ -45,7 +46,6 @@ class PageFindings(Findings):
     counts: dict[str, int]
     family: PageFamily
     studies: dict[str, ChildRun]
-    budget: JSONObject | None = None  # only with a time budget (page.budget_of)
 
 
 def findings(doc: Doc) -> PageFindings:
@@ -58,7 +58,7 @@ def findings(doc: Doc) -> PageFindings:
                        studies={name: ChildRun(**{k: v for k, v in c.items() if k != "doc"})
                                 for name, c in (doc.get("children") or {}).items()})
     budget = budget_of(doc, rows)
-    return out if budget is None else out.model_copy(update={"budget": budget})
+    return out if budget is None else out.model_copy(update={"budget": BudgetSection.from_json(budget)})
 
 
 def budget_of(doc: Doc, rows: list[ClaimRow]) -> JSONObject | None:
@@ -106,7 +106,7 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
     summary = [f"{len(f.claims)} published claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_ORDER),
                family_words(fam)]
     summary += [f"{r.id} {r.verdict}: {r.reason}" for r in f.claims if r.verdict == claims.DIFFERS]
-    budget = f.budget
+    budget = f.budget.to_json() if f.budget is not None else None
     under = {str(r["id"]): r for r in (budget or {}).get("verdicts") or []}
     if budget:
         summary.append(spend.summary_words(budget, [r for r in under.values() if r["status"] != spend.NOT_TESTABLE]))
