@@ -168,7 +168,7 @@ def test_a_reproduction_budget_below_every_studys_minimum_warns_before_it_starts
     assert r.returncode == 0, r.stderr
     err = one_line(r.stderr)
     assert "--budget 60 s cannot afford every study's minimum repetitions (estimated" in err, err
-    assert "the page says which claims it left open" in err, err
+    assert "the page says which claims it decided and which claims it left open" in err, err
     assert "budget: 60 s of wall time for the whole reproduction" in one_line(r.stdout), r.stdout
     assert not lab.db.exists()
 
@@ -210,3 +210,20 @@ def test_a_resumed_budgeted_run_counts_what_its_first_session_spent(lab: Lab) ->
     longest = max(float(t["ended"]) - float(t["started"]) for t in trials)
     assert budget["spent_s"] <= BUDGET_S + longest + 2, budget
     lab.assert_nothing_left()
+
+
+def test_a_reproduction_budget_too_small_for_the_full_matrices_runs_the_quick_ones_cheapest_claim_first(
+        lab: Lab) -> None:
+    """`reproduce --budget 5m` (issue 28: "--quick becomes a budget"): the full studies' minimum is
+    hours, so its first lines say every study runs its quick matrix, and that the studies run
+    cheapest claim first; the plan is the quick one. Nothing is created."""
+    r = lab.iolab("reproduce", "--budget", "5m", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    err = one_line(r.stderr)
+    assert "--budget 5.0 min cannot afford the full studies' minimum (estimated" in err, err
+    assert "every study runs its quick matrix" in err, err
+    assert "the studies run cheapest claim first, each only while its minimum fits" in err, err
+    out = one_line(r.stdout)
+    assert out.startswith("reproduce --quick: 5 studies"), out
+    assert "the studies run cheapest claim first" in out, out
+    assert not lab.db.exists()

@@ -14,7 +14,6 @@ claim reader that still rejects it."""
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,8 +91,8 @@ def test_the_reproductions_claims_read_a_budgeted_studys_stored_findings(budgete
     doc = _empty(name, {"budget": budgeted["extra"]["budget"]})
     stored = {**mod.findings(doc).to_json(), "budget": budgeted["findings"]["budget"]}
     doc = {**doc, "findings": stored,
-           "trials": [{"id": "t0", "status": "ok", "params": {"_workload": {"kind": "none"}, "_target": {}}, "metrics": {}, "probes": {}, "flags": [],
-                       "manifest": {}, "repetition": 0}]}
+           "trials": [{"id": "t0", "status": "ok", "params": {"_workload": {"kind": "none"}, "_target": {}},
+                       "metrics": {}, "probes": {}, "flags": [], "manifest": {}, "repetition": 0}]}
     rows = [r for r in claims.evaluate({name: doc}, quick=False) if r.study == name]
     assert rows
     assert not [r.reason for r in rows if "could not evaluate" in r.reason]

@@ -70,6 +70,7 @@ class BudgetSection(Record):
     source: str | None = None
     steps: list[BudgetStep] = []
     minimum_short: str | None = None
+    minimum_s: float | None = None                 # the minimum's estimate at the session's start (seconds)
     verdicts: list[BudgetVerdict] = []
     children: dict[str, float] | None = None      # a reproduction's record: each study's share (seconds)
     studies: dict[str, StudyBudget] | None = None  # a reproduction page: each study's budget

@@ -98,6 +98,11 @@ def analyse_document(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str], li
             return doc, summary, sections
         if not doc["trials"]:
             doc["findings"] = {}
+            stored = (doc.get("extra") or {}).get("budget")
+            if isinstance(stored, dict) and stored.get("exhausted"):  # stopped by its budget, not failed: say so
+                rows = [r for r in stored.get("verdicts") or [] if isinstance(r, dict)]
+                return (doc, ["no trials ran: the time budget ran out before the first trial",
+                              budgets.summary_words(stored, rows)], [budgets.section(stored, rows)])
             return doc, ["no trials ran"], []
         findings = module.findings(doc)  # first: some analyses label the trials they read (iozone's system)
         records = repetitions.configurations(doc)
