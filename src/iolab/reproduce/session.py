@@ -52,10 +52,18 @@ from iolab.studies import builtin
 NAME = REPRODUCE
 
 
-def child_spec(name: str, quick: bool) -> tuple[StudySpec, Any]:
-    """The built-in study exactly as `iolab study NAME [--quick]` runs it, and its hook."""
+def child_spec(name: str, quick: bool, budgeted: bool = False) -> tuple[StudySpec, Any]:
+    """The built-in study exactly as `iolab study NAME [--quick]` runs it, and its hook. `budgeted`
+    (a reproduction with a time budget): a quick matrix keeps the full study's repetition cap, so
+    the budget, not the quick cap of 3, decides how far an open claim is followed (--quick without
+    a budget stays exactly 3 repetitions)."""
     mod = builtin.get(name)
-    return from_dict(mod.build(quick), f"builtin:{name}", {"quick": quick}), getattr(mod, "before_group", None)
+    raw = mod.build(quick)
+    if quick and budgeted:
+        cap = (mod.build(False).get("study") or {}).get("max_repetitions")
+        if isinstance(cap, int):
+            raw = {**raw, "study": {**raw["study"], "max_repetitions": max(cap, raw["study"].get("repetitions", 1))}}
+    return from_dict(raw, f"builtin:{name}", {"quick": quick}), getattr(mod, "before_group", None)
 
 
 def plan_lines(quick: bool, console: Console, budget: float | None = None) -> list[str]:
@@ -216,20 +224,44 @@ class Reproduction:
                 if not doc["trials"]:
                     continue
                 times = spend.trial_times(doc)
+                cap = child_spec(name, self.quick, budgeted=True)[0].settings.max_repetitions
+                _, room = spend.repetitions_left(doc, cap)
                 for v in self._claims_source(name)(run_id):
                     d = v.decision
-                    if not v.decidable or d is None or d.more is None or not d.config_ids:
-                        continue
+                    if not v.decidable or d is None or d.more is None or not d.config_ids \
+                            or any(room.get(c, 0) < d.more for c in d.config_ids):
+                        continue  # more repetitions would not decide it, or not within the cap
                     cost = d.more * sum(times.get(c, 0.0) for c in d.config_ids)
                     if cost > 0 and (best is None or cost < best[0]):
                         best = (cost, name)
             if best is None or best[0] > self.clock.left():
+                self._say_unspent()
                 return
             cost, name = best
             tried[name] = tried.get(name, 0) + 1
             self.console.print(f"[bold]{name}[/bold]: {spend.fmt_seconds(self.clock.left())} left; its cheapest open "
                                f"claim would likely be decided in ~{spend.fmt_seconds(cost)}")
             self._study(name, share=min(self.clock.left(), cost * 1.5 + 5.0), resume_complete=True)
+
+    def _say_unspent(self) -> None:
+        """Ending early is said, with why: what is left affords no minimum and no decision."""
+        assert self.clock is not None
+        left = self.clock.left()
+        if left <= 5.0 or not self._tight:
+            return
+        waiting = {n: m for n, m in self._minimums.items() if not self._reached(n)}
+        cheapest = min(waiting, key=waiting.__getitem__) if waiting else None
+        words = (f"{spend.fmt_seconds(left)} of the budget left unspent: it affords no further decision (no open claim "
+                 "that more repetitions would likely decide within its study's cap"
+                 + (f"; the cheapest study not run, {cheapest}, needs ~{spend.fmt_seconds(waiting[cheapest])} for its "
+                    "minimum" if cheapest else "") + ")")
+        self.console.print(f"[yellow]{words}[/yellow]")
+        self.plan = f"{self.plan}; {words}" if self.plan else words
+        self._save_budget()
+
+    def _reached(self, name: str) -> bool:
+        run_id = self.children.get(name)
+        return bool(run_id and self.store.trials(run_id))
 
     def _pending(self) -> list[str]:
         return [n for n in RUN_ORDER if not ((c := self.children.get(n)) and self.store.resolve(c).status
@@ -293,10 +325,15 @@ class Reproduction:
         existing = self.children.get(name)
         if existing and self.store.resolve(existing).status == "complete" and not resume_complete:
             return
-        spec, hook = child_spec(name, self.quick)
+        spec, hook = child_spec(name, self.quick, budgeted=self.clock is not None)
         runner = Runner(spec, self.store, self.console, before_group=hook)
         runner.instantiate()
         runner.budget = self._budget_for(name, spec, existing, share)
+        if self._tight and share is None and self.shares.get(name) == 0.0 and self.clock is not None:
+            self.console.print(f"[yellow]{name}: not started: its minimum (~"
+                               f"{spend.fmt_seconds(self._minimums.get(name))}, the workloads' estimate) does not "
+                               f"fit the {spend.fmt_seconds(self.clock.left())} left; its claims are left open by "
+                               "the budget (`iolab reproduce --resume` with more time runs it)[/yellow]")
         run_id = runner.start(existing)
         self.children[name] = run_id
         self.store.set_extra(self.run_id, "children", self.children)
