@@ -209,9 +209,15 @@ def budget_section(budget: Mapping[str, Any]) -> Section:
              "still undecided that more repetitions would likely decide (the most decisions per second first), "
              "then on intervals wider than its target, never starting a round the measured trial times said could "
              "not finish. ")
-    intro += ("Each quick study had its own budget." if budget.get("per_study") else
-              "The reproduction's budget was shared among the studies in turn, in proportion to what each needs; "
-              "what one left unspent went to the next.")
+    if budget.get("per_study"):
+        intro += "Each quick study had its own budget."
+    elif budget.get("plan"):  # too little for every minimum (reproduce/session.py): no intervals, cheapest claim first
+        intro = ("The budget could not afford every study's minimum: each study it reached ran its minimum, then "
+                 "repetitions on its claims still undecided that more repetitions would likely decide, never starting "
+                 "a round the measured trial times said could not finish; how it was shared is below.")
+    else:
+        intro += ("The reproduction's budget was shared among the studies in turn, in proportion to what each needs; "
+                  "what one left unspent went to the next.")
     return Section("The time budget", blocks, intro=intro)
 
 
