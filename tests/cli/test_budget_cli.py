@@ -227,3 +227,29 @@ def test_a_reproduction_budget_too_small_for_the_full_matrices_runs_the_quick_on
     assert out.startswith("reproduce --quick: 5 studies"), out
     assert "the studies run cheapest claim first" in out, out
     assert not lab.db.exists()
+
+
+def test_a_reproduction_budget_that_reaches_no_study_leaves_every_claim_open_and_no_run_failed(lab: Lab) -> None:
+    """A real `reproduce --budget 30s` (every quick study's minimum is estimated above it): no study
+    starts a trial; each study's run is partial, not failed; every claim is undecided, left open
+    by the budget, counted in "left open by it", with what it would take; the command says why it
+    ended early. (The 5-minute run of the issue showed "failed 0/0" and "not testable here".)"""
+    r = lab.iolab("reproduce", "--budget", "30s", "-o", lab.data / "page.html", timeout=600)
+    assert r.returncode == 0, r.stderr
+    err = one_line(r.stderr)
+    assert "every study runs its quick matrix" in err and "not started: its minimum" in err, err
+    assert "of the budget left unspent: it affords no further decision" in err, err
+    runs = dict(lab.run_rows())
+    children = {k: v for k, v in runs.items() if "-reproduce-" not in k}
+    assert len(children) == 5 and set(children.values()) == {"partial"}, runs
+    assert lab.trial_rows() == []
+    [page_run] = [k for k in runs if "-reproduce-" in k]
+    f = lab.report_json(page_run)["findings"]
+    assert {c["verdict"] for c in f["claims"]} == {"undecided"}, f["claims"]
+    assert all(c["reason"].startswith("left open by the budget: it ran out before the") for c in f["claims"])
+    rows = f["budget"]["verdicts"]
+    assert len(rows) == 17 and {v["status"] for v in rows} == {"left open by the budget"}
+    assert all("the rest of its minimum is estimated at ~" in v["words"] for v in rows), rows
+    assert "0 verdict(s) decided within the budget, 17 left open by it" in err, err
+    assert all("not reached" in s["status"] for s in f["studies"].values()), f["studies"]
+    lab.assert_nothing_left()
