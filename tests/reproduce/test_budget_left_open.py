@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from iolab.analysis import budget as spend
-from iolab.analysis.verdicts import UNDECIDED, UNTESTABLE, ReportedVerdict
+from iolab.analysis.verdicts import UNDECIDED, UNTESTABLE, Decision, ReportedVerdict
 from iolab.publish.document import analysed
 from iolab.reproduce import claims, page
 from iolab.reproduce.plan import RUN_ORDER
@@ -118,3 +118,25 @@ def test_a_tight_budget_runs_the_cheapest_claims_first_each_study_its_minimum_or
     assert spend.tight_share(63.0, 300.0) == pytest.approx(63 * 1.25 + 10)
     assert spend.tight_share(63.0, 70.0) == 70.0     # the minimum fits: all that is left, not more
     assert spend.tight_share(276.0, 150.0) == 0.0   # it does not: not started, its claims left open
+
+
+def test_what_is_left_goes_to_the_cheapest_open_claim_across_studies_within_each_cap() -> None:
+    """After the minimums, the reproduction's budget picks across studies: the open claim with the
+    least expected cost of a decision (more × its configurations' trial times), passing over
+    claims no repetition decides, decided ones, and ones beyond their study's cap."""
+    def v(vid: str, more: int | None, ids: tuple[str, ...], verdict: str = UNDECIDED) -> ReportedVerdict:
+        return ReportedVerdict(vid, vid, verdict, Decision(more, ids, ids))
+
+    studies = {
+        # 2 more of a 10 s trial: 20 s
+        "write-modes": ([v("R2-a", 2, ("w1",)), v("R2-edge", None, ("w2",))], {"w1": 5, "w2": 5},
+                        {"w1": 10.0, "w2": 0.1}),
+        # 3 more of two 2 s trials: 12 s, the cheapest; a cheaper one is beyond its cap
+        "cgroup-weights": ([v("R4-a", 3, ("c1", "c2")), v("R4-cap", 4, ("c3",))], {"c1": 3, "c2": 3, "c3": 2},
+                           {"c1": 2.0, "c2": 2.0, "c3": 0.5}),
+        "virtio": ([v("R1-done", 1, ("v1",), verdict="holds")], {"v1": 3}, {"v1": 0.1}),
+    }
+    assert spend.cheapest_open_claim(studies) == (12.0, "cgroup-weights", "R4-a")
+    del studies["cgroup-weights"]
+    assert spend.cheapest_open_claim(studies) == (20.0, "write-modes", "R2-a")
+    assert spend.cheapest_open_claim({"virtio": studies["virtio"]}) is None

@@ -168,6 +168,25 @@ def cheapest_claims_first(minimums: Mapping[str, float], claims: Mapping[str, in
     return sorted(minimums, key=lambda n: (minimums[n] / max(claims.get(n, 0), 1), list(order).index(n)))
 
 
+def cheapest_open_claim(studies: Mapping[str, tuple[Sequence[ReportedVerdict], Mapping[str, int],
+                                                    Mapping[str, float]]]) -> tuple[float, str, str] | None:
+    """Across a reproduction's studies (name -> its claims now, room under its cap per configuration,
+    measured seconds per trial), the open claim more repetitions would likely decide at the least
+    cost (`more × Σ` its configurations' trial times), within its study's cap: (seconds, study,
+    claim id), or None when no claim is left that repetitions would decide."""
+    best: tuple[float, str, str] | None = None
+    for name, (verdicts, room, times) in studies.items():
+        for v in verdicts:
+            d = v.decision
+            if not v.decidable or d is None or d.more is None or not d.config_ids \
+                    or any(room.get(c, 0) < d.more for c in d.config_ids):
+                continue  # more repetitions would not decide it, or not within the cap
+            cost = d.more * sum(times.get(c, 0.0) for c in d.config_ids)
+            if cost > 0 and (best is None or cost < best[0]):
+                best = (cost, name, v.id)
+    return best
+
+
 def tight_share(minimum: float, left: float) -> float:
     """A study's share of a budget that cannot afford every minimum: its minimum's estimate with a
     margin for set-ups and storing (a quarter, and 10 s), when what is left affords the minimum;

@@ -216,31 +216,22 @@ class Reproduction:
         for that decision. Ends when none is left that the budget affords."""
         tried: dict[str, int] = {}
         while self.clock is not None and self.clock.left() > 5.0:
-            best: tuple[float, str] | None = None
+            studies = {}
             for name, run_id in self.children.items():
-                if tried.get(name, 0) >= 3:
-                    continue
                 doc = results_document(self.store, self.store.resolve(run_id))
-                if not doc["trials"]:
+                if tried.get(name, 0) >= 3 or not doc["trials"]:
                     continue
-                times = spend.trial_times(doc)
                 cap = child_spec(name, self.quick, budgeted=True)[0].settings.max_repetitions
-                _, room = spend.repetitions_left(doc, cap)
-                for v in self._claims_source(name)(run_id):
-                    d = v.decision
-                    if not v.decidable or d is None or d.more is None or not d.config_ids \
-                            or any(room.get(c, 0) < d.more for c in d.config_ids):
-                        continue  # more repetitions would not decide it, or not within the cap
-                    cost = d.more * sum(times.get(c, 0.0) for c in d.config_ids)
-                    if cost > 0 and (best is None or cost < best[0]):
-                        best = (cost, name)
+                studies[name] = (self._claims_source(name)(run_id), spend.repetitions_left(doc, cap)[1],
+                                 spend.trial_times(doc))
+            best = spend.cheapest_open_claim(studies)
             if best is None or best[0] > self.clock.left():
                 self._say_unspent()
                 return
-            cost, name = best
+            cost, name, claim = best
             tried[name] = tried.get(name, 0) + 1
-            self.console.print(f"[bold]{name}[/bold]: {spend.fmt_seconds(self.clock.left())} left; its cheapest open "
-                               f"claim would likely be decided in ~{spend.fmt_seconds(cost)}")
+            self.console.print(f"[bold]{name}[/bold]: {spend.fmt_seconds(self.clock.left())} left; {claim}, the "
+                               f"cheapest open claim, would likely be decided in ~{spend.fmt_seconds(cost)}")
             self._study(name, share=min(self.clock.left(), cost * 1.5 + 5.0), resume_complete=True)
 
     def _say_unspent(self) -> None:
@@ -275,6 +266,7 @@ class Reproduction:
         and a margin, or nothing when that no longer fits), else its own. `share`: given (a step
         spent on one open claim: the study's open claims only, no intervals)."""
         verdicts = self._claims_source(name)
+        given = share is not None
         # a budget that affords every minimum also narrows intervals; a tight one keeps its rest for open claims
         intervals = spec.settings.budget_on == "verdicts+intervals" and share is None and not self._tight
         if self.clock is None:
@@ -287,7 +279,8 @@ class Reproduction:
             share = spend.study_share(self.clock.left(), need, name)
         if spec.settings.budget:
             share = min(share, spec.settings.budget)
-        self.shares[name] = round(share, 1)
+        # a step on one open claim adds to what the study had (its page row: the study's whole share)
+        self.shares[name] = round(share + (self.shares.get(name, 0.0) if given else 0.0), 1)
         self._save_budget()
         before = self.store.resolve(existing).extra.get(EXTRA_KEY) if existing else None
         spent_before = before.get("spent_s") if isinstance(before, dict) else None
