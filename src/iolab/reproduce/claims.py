@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from iolab.analysis import budget as spend
 from iolab.analysis.findings import Findings
 from iolab.analysis.record import Decided, Est, Record, finite_or_none
 from iolab.analysis.sequential import RunEstimator
@@ -712,10 +713,23 @@ def evaluate(children: dict[str, Doc], quick: bool) -> list[ClaimRow]:
     for c in CLAIMS:
         doc = children.get(c.study)
         v = first[c.id] if first[c.id].verdict == UNTESTABLE else _safe(c, doc, Ctx(quick, family))
+        v = _left_open(v, doc, c.study)
         rows.append(ClaimRow(id=c.id, reference=c.reference, study=c.study, claim=c.text, rule=c.rule,
                              verdict=v.verdict, value=v.value, reason=v.reason, estimate=v.estimate,
                              intervals=v.intervals, decide=v.decide, run_id=doc.get("run_id") if doc else None))
     return rows
+
+
+def _left_open(v: Verdict, doc: Doc | None, study: str) -> Verdict:
+    """A claim a time budget left unmeasured is undecided, left open by the budget, not 'not
+    testable here' (which says this machine or matrix cannot answer it): what the run measured
+    before the budget ended it inside its minimum is said, and nothing is claimed."""
+    cut = spend.cut_short(doc, study) if doc is not None and v.verdict == UNTESTABLE else None
+    if cut is None:
+        return v
+    said = "" if v.reason.startswith(f"the {study} study has no successful trial") else \
+        f"; what it measured so far says: {v.reason}"
+    return Verdict(UNDECIDED, v.value, f"left open by the budget: {cut[0]}{said}")
 
 
 def study_verdicts(study: str, children: dict[str, Doc], quick: bool) -> list[ReportedVerdict]:

@@ -510,11 +510,15 @@ class Runner:
 
     def _final_status(self) -> str:
         """failed: no success at all; partial: a configuration short of its minimum (abandoned
-        after failures, or its target failed); complete: every configuration has its minimum."""
+        after failures, its target failed, or a time budget ended the run first: a budget that ran
+        out before the first trial leaves a run that did not fail, only did not start, and resumes);
+        complete: every configuration has its minimum."""
         s = self.spec.settings
         oks = [len(self.state[c.id].ok_values) for c in self.spec.configs]
         if not any(oks):
-            return "failed"
+            stopped = self.schedule is not None and self.schedule.ran_out and \
+                not any(self.state[c.id].failures for c in self.spec.configs)
+            return "partial" if stopped else "failed"
         return "complete" if all(n >= s.repetitions for n in oks) else "partial"
 
 
