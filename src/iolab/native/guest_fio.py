@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from iolab.core.digests import sha256_file
 from iolab.core.errors import CapabilityMissing, IolabError
 from iolab.core.paths import cache_dir
 
@@ -225,11 +226,7 @@ def source_url(version: str) -> str:
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(path)
 
 
 def verify(tarball: Path, version: str) -> None:

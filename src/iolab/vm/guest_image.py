@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from iolab.core import paths
+from iolab.core.digests import sha256_file
 from iolab.core.errors import CapabilityMissing
 from iolab.native import guest_fio
 from iolab.vm import cpio, pvh
@@ -292,11 +293,7 @@ def content_digest(kernel: Path, entries: list[cpio.Entry]) -> str:
 
 
 def _file_hash(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(p)
 
 
 def build_guest(extra_binaries: Iterable[Path | str] = (),
