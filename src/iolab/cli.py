@@ -321,7 +321,8 @@ def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
 def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | None, budget: float | None,
               db: str | None) -> None:
     """Run the five reference studies (R1-R5) and write one page: every published claim, this
-    machine's value with its CI, holds / differs / not testable here, and why."""
+    machine's value with its CI, holds / differs / undecided /
+    not testable here, and why."""
     from iolab.analysis.budget import fmt_seconds
     from iolab.publish.document import write_html
     from iolab.reproduce.session import Reproduction, minimum_seconds, plan_lines
