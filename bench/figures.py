@@ -16,7 +16,9 @@ the interval keeps its 95 % over all those looks (`looks=(first, last)`).
 from __future__ import annotations
 
 import math
+import os
 import signal
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -155,3 +157,19 @@ def until_narrow(step: Callable[[int], None], figure: Callable[[], Figure], *, m
             if f.reached or time.monotonic() - t0 > budget_s:
                 return f
     return figure()
+
+
+def print_side_by_side(bench: str, sides: Sequence[tuple[str, str, Sequence[float]]], ratio: Figure,
+                       busy: Busy, looks: tuple[int, int] | None) -> None:
+    """The closing lines of a benchmark that timed two ways of doing one thing in alternating rounds
+    (`sides`: (label, figure name, seconds) each): each side's median and range, whether the ratio
+    reached its width (else the machine's load, which is why not), one figure line per side and
+    the ratio's line last, so a note quotes the ratio and both absolute figures from one run."""
+    why = (f"the machine's CPUs were {busy.mean():.0%} busy on average, load {os.getloadavg()[0]:.1f} on "
+           f"{os.cpu_count()} CPUs")
+    for label, _, v in sides:
+        print(f"{label}: median {statistics.median(v):.2f} s, min {min(v):.2f} s, max {max(v):.2f} s")
+    print(ratio.verdict(why))
+    for _, name, v in sides:
+        print(mean_figure(f"{bench} {name} seconds", v, "s", None, looks).line())
+    print(ratio.line())

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from figures import Busy, mean_figure, ratio_figure, stop_on_signals, stopping, until_narrow
+from figures import Busy, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
 from vm_boot import one_start
 
 from iolab.core.paths import cache_dir
@@ -98,16 +97,7 @@ def main() -> None:
         fig = until_narrow(round_, lambda: ratio_figure("guest-fio ratio static/debian", ratios, args.target, looks),
                            max_n=args.max_rounds, budget_s=args.budget)
         os.environ["IOLAB_CACHE"] = str(real)
-    why = (f"the machine's CPUs were {busy.mean():.0%} busy on average, load {os.getloadavg()[0]:.1f} on "
-           f"{os.cpu_count()} CPUs")
-    for build in BUILDS:
-        v = times[build]
-        print(f"{build}: median {statistics.median(v):.2f} s, min {min(v):.2f} s, max {max(v):.2f} s")
-    print(fig.verdict(why))
-    print(mean_figure("guest-fio static seconds", times["static-minimal"], "s", None, looks).line())
-    print(mean_figure("guest-fio debian seconds", times["debian"], "s", None, looks).line())
-    print(fig.line())
-
+    print_side_by_side("guest-fio", [(b, b.split("-")[0], times[b]) for b in BUILDS], fig, busy, looks)
 
 if __name__ == "__main__":
     main()

@@ -20,11 +20,9 @@ Target (issue 28): restored <= 1.0 s under TCG.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import time
 
-from figures import Busy, mean_figure, ratio_figure, stop_on_signals, stopping, until_narrow
+from figures import Busy, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
 
 from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
@@ -95,16 +93,8 @@ def main() -> None:
     looks = stopping(args.max_rounds)
     fig = until_narrow(round_, lambda: ratio_figure("vm-boot ratio restored/cold", ratios, args.target, looks),
                        max_n=args.max_rounds, budget_s=args.budget)
-    why = (f"the machine's CPUs were {busy.mean():.0%} busy on average, load {os.getloadavg()[0]:.1f} on "
-           f"{os.cpu_count()} CPUs")
-    for boot, label in (("restore", "restored"), ("cold", "cold")):
-        v = times[boot]
-        print(f"{label}: median {statistics.median(v):.2f} s, min {min(v):.2f} s, max {max(v):.2f} s")
-    print(fig.verdict(why))
-    print(mean_figure("vm-boot restored seconds", times["restore"], "s", None, looks).line())
-    print(mean_figure("vm-boot cold seconds", times["cold"], "s", None, looks).line())
-    print(fig.line())
-
+    print_side_by_side("vm-boot", [("restored", "restored", times["restore"]), ("cold", "cold", times["cold"])],
+                       fig, busy, looks)
 
 if __name__ == "__main__":
     main()
