@@ -238,6 +238,9 @@ def test_a_reproduction_budget_that_reaches_no_study_leaves_every_claim_open_and
     assert r.returncode == 0, r.stderr
     err = one_line(r.stderr)
     assert "every study runs its quick matrix" in err and "not started: its minimum" in err, err
+    # each study not started is said once, by the reproduction, not again by its runner
+    assert err.count("not started: its minimum") == 5, err
+    assert "the budget cannot afford the minimum" not in err, err
     assert "of the budget left unspent: it affords no further decision" in err, err
     runs = dict(lab.run_rows())
     children = {k: v for k, v in runs.items() if "-reproduce-" not in k}

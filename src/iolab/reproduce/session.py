@@ -28,6 +28,7 @@ Within its share a study spends repetitions on its claims that are still undecid
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -323,6 +324,8 @@ class Reproduction:
         runner.instantiate()
         runner.budget = self._budget_for(name, spec, existing, share)
         if self._tight and share is None and self.shares.get(name) == 0.0 and self.clock is not None:
+            if runner.budget is not None:
+                runner.budget = dataclasses.replace(runner.budget, shortfall_said=True)
             self.console.print(f"[yellow]{name}: not started: its minimum (~"
                                f"{spend.fmt_seconds(self._minimums.get(name))}, the workloads' estimate) does not "
                                f"fit the {spend.fmt_seconds(self.clock.left())} left; its claims are left open by "

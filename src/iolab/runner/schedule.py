@@ -58,6 +58,9 @@ class Budget:
     hard: bool = True
     started: float | None = None  # time.monotonic() when the command began (else: when the run starts)
     intervals: bool = True  # after the open verdicts, also spend on intervals wider than ci_target
+    # the caller has already said why this budget cannot afford the minimum (reproduce's "not
+    # started" line): the run records it all the same but does not say it a second time
+    shortfall_said: bool = False
 
 
 class Runs(Protocol):
@@ -209,7 +212,8 @@ class Schedule:
                                   f"{sum(k for _, k in need)} trial(s), estimated {spend.fmt_seconds(est)} (the "
                                   f"workloads' own estimates, set-ups and guest boots not counted) against "
                                   f"{spend.fmt_seconds(left)} left; {then}")
-            runs.message(f"[yellow]{head}: {self.minimum_short}[/yellow]")
+            if not self.budget.shortfall_said:
+                runs.message(f"[yellow]{head}: {self.minimum_short}[/yellow]")
         else:
             after = [f"{self.budget.source} still undecided"] if self.budget.verdicts is not None else []
             after += ["intervals wider than the target"] if self.budget.intervals else []
