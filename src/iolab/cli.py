@@ -233,7 +233,7 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
         intervals = spec.settings.budget_on == "verdicts+intervals"
         plan_budget = (Budget(seconds, (lambda run_id: []) if verdicts else None, hard=budget is not None,
                               intervals=intervals) if seconds else None)  # a plan has no verdicts yet, only whether
-        runner = Runner(spec, None, err, before_group=hook, budget=plan_budget)  # type: ignore[arg-type]
+        runner = Runner(spec, None, err, before_group=hook, budget=plan_budget)  # type: ignore[arg-type]  # no store: a plan never opens one
         runner.instantiate()  # a plan needs no store
         if budget is not None and not resume:
             _check_budget_affords_minimum(budget, runner.estimate_seconds(),

@@ -174,7 +174,7 @@ class Record(BaseModel):
     @classmethod
     def coerce(cls, value: Self | Mapping[str, object]) -> Self:
         """`value` itself, or parsed from its JSON object (a stored document's findings)."""
-        return value if isinstance(value, cls) else cls.from_json(value)  # type: ignore[arg-type]
+        return value if isinstance(value, cls) else cls.from_json(value)  # type: ignore[arg-type]  # mypy cannot narrow Self | Mapping by isinstance(cls)
 
     # The contract view: record["key"] is what the JSON document holds under that key, for code
     # written against docs/results.md (its tests, a reader of JSON). Typed code reads attributes:

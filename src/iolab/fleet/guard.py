@@ -111,7 +111,7 @@ def check_remote(run: Callable[[list[FleetHost], dict[str, str]], object], hosts
     got = run(hosts, {h.name: probe_job(h.path) for h in hosts})
     refusals = []
     for h in hosts:
-        r = got.hosts[h.name]  # type: ignore[attr-defined]
+        r = got.hosts[h.name]  # type: ignore[attr-defined]  # fleet/checks' result; typed object to keep guard below it
         entries = host_entries(r.doc)
         read = sum(int((e.get("read") or {}).get("io_bytes") or 0) for e in entries)
         if ABSENT in r.text and not read:

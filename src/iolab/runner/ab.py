@@ -145,7 +145,7 @@ class ABStudy:
                  f"{repetitions} trial(s) per configuration each; looks after {', '.join(map(str, design.looks))} "
                  f"blocks (each at {design.look_alpha:.3g}); minimum effect ±{design.min_effect:.0%}"]
         for v in (a, b):
-            runner = Runner(fixed_repetitions(v.spec, repetitions), None, Console(stderr=True),  # type: ignore[arg-type]
+            runner = Runner(fixed_repetitions(v.spec, repetitions), None, Console(stderr=True),  # type: ignore[arg-type]  # a plan: no store
                             before_group=v.hook)
             runner.instantiate()
             lines.append(f"== {v.name}: {v.source}" + (f" with {', '.join(v.overrides)}" if v.overrides else "")

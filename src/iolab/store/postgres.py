@@ -78,7 +78,7 @@ class PostgresStore(Store):
                     raise IolabError(f"no iolab store in {self.location}")
                 schema.check_read(found.stored, self.location)
                 return found
-            self.role = str(self.conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+            self.role = str(self.conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]  # current_user always returns one row
             return pglayout.migrate(self.conn, self.location)
         except psycopg.Error as exc:
             raise open_error(exc, self.what, self.url, self.role, read_only) from None
