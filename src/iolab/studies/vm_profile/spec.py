@@ -34,12 +34,14 @@ def build(quick: bool) -> dict[str, Any]:
              "vcpus": vcpus, "network": "user", "net_peer": True,
              "extra_binaries": ["/usr/bin/sysbench", "/usr/bin/iperf3"],
              "native_helpers": ["iolab_primes", "iolab_stream"]}
-    seconds = 3 if quick else 30
-    # --quick: the disk and network parts run 1 s (fio after a 0.5 s ramp; the CPU part keeps
-    # 3 s, R5's CPU claim reads it). 1 s of 4 KiB I/O at iodepth 16 is thousands of I/Os even in
-    # a TCG guest, far above fio's millisecond clock (`short_run` below 100 ms); iperf3 moves
-    # megabytes. About 2 s less for each of the 72 disk and network trials (docs/reproduce.md "Time").
-    io_seconds, ramp = (1, 0.5) if quick else (seconds, 1)
+    seconds = 2 if quick else 30
+    # --quick: the disk and network parts run 1 s, fio after a 0.25 s ramp (enough to fill an
+    # iodepth-16 queue many times over even in a TCG guest); 1 s of 4 KiB I/O at iodepth 16 is
+    # thousands of I/Os even in a TCG guest, far above fio's millisecond clock (`short_run` below
+    # 100 ms); iperf3 moves megabytes. The CPU part runs 2 s: ~1 800 sysbench events per thread in
+    # a TCG guest here, ~10 000 on the host (R5's CPU claim reads it). About 2 s less for each of
+    # the 72 disk and network trials and 1 s for each of the 18 CPU trials (docs/reproduce.md "Time").
+    io_seconds, ramp = (1, 0.25) if quick else (seconds, 1)
     return {
         "study": {"name": NAME, "analysis": NAME, "repetitions": 3, "max_repetitions": 3 if quick else 6,
                   "ci_target": 0.05, "description": SUMMARY},
