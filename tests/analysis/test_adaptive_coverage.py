@@ -97,6 +97,10 @@ def test_docs_publish_the_tables_of_the_checked_in_driver() -> None:
                                  ("lognormal σ=1.5", (3, 3), 1.0), ("t2", (3, 10), 1.0)):
         row = coverage.simulate(shape, design, ratio).row()
         assert row in published, f"docs/statistics.md is out of date (`python -m tests.analysis.coverage`): {row}"
+    sixth = re.search(r"<!-- coverage-tables-6 -->\n(.*?)\n<!-- /coverage-tables-6 -->", text, re.S)
+    assert sixth, f"{DOCS} has no sixth held-out table between <!-- coverage-tables-6 --> markers"
+    row = coverage.simulate("lognormal σ=1.25", (3, 10), 3.0).row()
+    assert row in sixth.group(1), f"the sixth set's table is out of date (`… --held-out-6`): {row}"
 
 
 def test_the_report_prints_the_batch_interval_of_the_same_rule() -> None:
