@@ -64,15 +64,27 @@ def test_held_out_set_holds_where_no_check_is_printed(held_out_cells: list[cover
 
 def test_normal_noise_no_longer_pays_for_a_guarantee_nobody_reads() -> None:
     """At a CV of 2.5 % (ci_target 5 %, looks 3..10) the rule before covered 99.5 % with 6.2
-    repetitions on average; now about 97.8 % with 4.8. Measured over four seeds of 20 000 studies
-    (standard error ~0.05 %), not one cell: the published seed-1 cell at 10 000 said 97.43 %, a
-    low draw that sat under the issue's 97.5 % ceiling while the true coverage (97.8 %) does not
-    (docs/statistics.md says so; lowering it is a recalibration, still open)."""
+    repetitions on average; the issue's target is 95-97.5 %. Measured over four seeds of 20 000
+    studies (standard error ~0.05 %), not one cell. With one tail for every look and a target of
+    96.5 % it was 97.8 % (above the ceiling: this test failed there); the first two looks now spend
+    twice the tail of the later ones and the design's worst cell is held at 96.4 %
+    (calibration.EARLY_WEIGHT, STOP_COVERAGE_EARLY; docs/statistics.md)."""
     cells = [coverage.simulate("normal", (3, 10), 0.5, seed=seed, studies=20_000) for seed in (2, 3, 4, 5)]
     cov = float(np.mean([c.coverage for c in cells]))
-    assert 0.95 <= cov <= 0.9825, [c.row() for c in cells]
+    assert 0.95 <= cov <= 0.975, [c.row() for c in cells]
     assert max(c.mean_reps for c in cells) < 6.2, [c.row() for c in cells]
     assert max(c.flagged for c in cells) < 0.03, [c.row() for c in cells]  # the checks rarely trip without defects
+
+
+def test_the_first_looks_spend_more_and_the_interval_uses_the_tail_of_its_look() -> None:
+    """The first EARLY_LOOKS looks of a design with more looks spend EARLY_WEIGHT × α'; a design of
+    one or two looks spends α' at every look. The interval at look n is computed at its own tail."""
+    d = LookDesign(3, 10)
+    assert [d.tail(n) for n in range(3, 11)] == [calibration.EARLY_WEIGHT * d.alpha] * 2 + [d.alpha] * 6
+    assert d.largest_tail == d.tail(3) > d.alpha and d.quantile(4) == calibration.quantile(4, d.tail(4))
+    for short in (LookDesign(3, 3), LookDesign(3, 4)):
+        assert {short.tail(n) for n in range(short.first, short.last + 1)} == {short.alpha}
+    assert calibration.stop_target(3, 3) == calibration.STOP_COVERAGE > calibration.stop_target(3, 10)
 
 
 def test_docs_publish_the_tables_of_the_checked_in_driver() -> None:
@@ -85,6 +97,10 @@ def test_docs_publish_the_tables_of_the_checked_in_driver() -> None:
                                  ("lognormal σ=1.5", (3, 3), 1.0), ("t2", (3, 10), 1.0)):
         row = coverage.simulate(shape, design, ratio).row()
         assert row in published, f"docs/statistics.md is out of date (`python -m tests.analysis.coverage`): {row}"
+    sixth = re.search(r"<!-- coverage-tables-6 -->\n(.*?)\n<!-- /coverage-tables-6 -->", text, re.S)
+    assert sixth, f"{DOCS} has no sixth held-out table between <!-- coverage-tables-6 --> markers"
+    row = coverage.simulate("lognormal σ=1.25", (3, 10), 3.0).row()
+    assert row in sixth.group(1), f"the sixth set's table is out of date (`… --held-out-6`): {row}"
 
 
 def test_the_report_prints_the_batch_interval_of_the_same_rule() -> None:
@@ -130,7 +146,7 @@ def test_shipped_calibration_is_what_the_simulation_gives() -> None:
     # the stop-time criterion it was made with holds for every design shape and CV
     a = table["per_look_alpha"]["3..10"]
     for shape in calibration.DESIGN_SHAPES:
-        assert calibration.stop_coverage(3, 10, a, shape)[0].min() >= calibration.STOP_COVERAGE
+        assert calibration.stop_coverage(3, 10, a, shape)[0].min() >= calibration.stop_target(3, 10)
 
 
 def test_stop_rule_batch_and_single_agree_and_a_tripped_check_keeps_repeating() -> None:

@@ -108,7 +108,7 @@ def test_the_verdict_interval_is_wider_than_the_row_interval_by_the_family() -> 
               ("varmail", "qcow2"): [100, 104, 97], ("varmail", "raw"): [98, 102, 100]}
     c = cost.analyze_cost(_doc(values, reps=3, max_reps=5), tcg=False)
     assert c["family"]["verdicts"] == 3
-    assert c["family"]["tail"] == pytest.approx(LookDesign(3, 5).alpha / 3)
+    assert c["family"]["tail"] == pytest.approx(LookDesign(3, 5).largest_tail / 3)
     for a in c["against_r3"]:
         row = next(r for r in c["rows"] if (r["app"], r["configuration"]) == (a["app"], "raw"))
         lo, hi = row["throughput_vs_baseline"]["ci95"]

@@ -20,7 +20,8 @@ costs them in coverage).
 that consecutive repetitions are alike, but the run's configurations together can: the runner
 pools the main metric's lag-1 dependence over every configuration measuring it, as the
 repetitions arrive (`run_dependence`), and while that pooled test suspects dependence
-(`Dependence.suspected`, z < −Z_TRIP) every one of those configurations goes on to its cap, stopped ones
+(`Dependence.suspected`, z < −Z_TRIP: the evidence that also flags its numbers) every one of those
+configurations goes on to its cap, stopped ones
 included (their next round resumes them). A configuration stopped at three values says almost
 nothing about ρ; the cap gives the report's widening (the variance factor at the pooled ρ̂)
 and its flag (z < −Z_FLAG over the stored run: the `dependence` check beside each number) the

@@ -86,9 +86,20 @@ class LookDesign:
 
     @property
     def alpha(self) -> float:
-        """α': the tail probability each look's interval spends (calibration.per_look_alpha)."""
+        """α': the tail probability each look's interval spends after the first ones
+        (calibration.per_look_alpha; the first looks of a longer design spend more: tail)."""
         top = calibration.N_MAX  # beyond 30 looks: the design up to 30 (the pivot only narrows with n)
         return calibration.per_look_alpha(min(self.first, top), min(self.last, top))
+
+    def tail(self, n: int) -> float:
+        """The tail the interval at look n spends (calibration.look_tail)."""
+        top = calibration.N_MAX
+        return calibration.look_tail(min(self.first, top), min(self.last, top), n, self.alpha)
+
+    @property
+    def largest_tail(self) -> float:
+        """The largest tail any look of this design spends (its first look's)."""
+        return self.tail(self.first)
 
     def label(self) -> str:
         return f"[{self.first}..{self.last}]"
@@ -102,7 +113,7 @@ class LookDesign:
         value); `family`: the number of intervals read together (Bonferroni: α'/family each)."""
         if n < 2:
             return math.inf
-        return calibration.quantile(n, self.alpha / family)
+        return calibration.quantile(n, self.tail(n) / family)
 
 
 def scale_of(x: np.ndarray, domain: Domain) -> np.ndarray:
@@ -125,7 +136,7 @@ def interval_batch(values: Any, design: LookDesign, domain: Domain = NONNEG, fam
     x = np.asarray(values, dtype=float)
     n = x.shape[-1]
     design = design.covering(n)
-    tail = design.alpha / family
+    tail = design.tail(n) / family
     q = design.quantile(n, family)
     if domain.integer:
         c, lo, hi = _count_interval(x, q, tail)

@@ -245,6 +245,6 @@ def analyze_cost(doc: Doc, tcg: bool) -> CostFindings | None:
                            "no successful trial on the default qcow2 or a configuration without the syncs")
                for app, spec in APPS.items() if app not in measured]
     return CostFindings(baseline=COST_BASELINE, rows=rows, against_r3=against, not_measured=not_run,
-                        family=Family(verdicts=len(against), tail=est.design.alpha / max(len(against), 1),
-                                      method="Bonferroni over the verdicts: the design's tail / verdicts each"),
+                        family=Family(verdicts=len(against), tail=est.design.largest_tail / max(len(against), 1),
+                                      method="Bonferroni over the verdicts: the design's largest tail / verdicts each"),
                         large_threshold=LARGE)
