@@ -15,9 +15,10 @@ otherwise) and mapped back, so it never leaves the range:
 
     median_n ± q_n · s_n / √n,   hull with [x_(k), x_(n+1−k)]
 
-q_n: the (1 − α') quantile of the median's pivot over the design noise shapes, α' the
-design's per-look tail (calibration.py: the largest α' whose coverage at the runner's own
-stop is >= 96.5 % for every design shape and CV). The hull with the order statistics
+q_n: the (1 − tail_n) quantile of the median's pivot over the design noise shapes, tail_n
+the tail look n spends (calibration.py: α' per look, twice that at the first two looks of a
+design of three or more; the largest α' whose coverage at the runner's own stop is >= 96.4 %
+for every design shape and CV, 96.5 % for designs of one or two looks). The hull with the order statistics
 [x_(k), x_(n+1−k)] (k from the binomial, calibration.order_depth) adds the distribution-free
 interval of the median whenever n is large enough to have one at that tail: it covers the
 median of *any* continuous noise, whatever its shape. Counts: the mean ± q_n · s/√n, hulled
@@ -30,6 +31,11 @@ and the runner keeps repeating such a configuration up to its cap.
 
 Everything here is vectorised over a leading batch axis, so the simulations (calibration,
 tests/analysis/coverage.py) run the very functions the runner and the reports call.
+
+Size: one interval, read as one: its estimand, its scale per declared range, its look design
+and tail, the distribution-free hull, counts, resolution and the widening all meet in
+`interval_batch`, which the runner, every report and the simulations call; split, the
+simulations could drift from what the reports print.
 """
 
 from __future__ import annotations
