@@ -10,9 +10,21 @@ the default in every child) instead of ignoring them.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
 import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import pytest
+
+from iolab.core import owner
 from iolab.core.signals import STOP_SIGNALS
+from tests import leaks, machine
 
 
 def restore_stop_signals() -> list[str]:
@@ -31,3 +43,107 @@ def _ignore(signum: int, frame: object) -> None:
 
 
 RESTORED = restore_stop_signals()
+
+
+# --- the suite in parallel (tests/machine.py) and the leak check (tests/leaks.py) -------------------
+
+REPRODUCE_GROUP = "reproduce"  # every test of the `reproduced` session fixture: one worker, one reproduce run
+_leftovers: dict[str, dict[str, list[str]]] = {}  # owner token -> what it left, reported at the session's end
+_per_test: dict[str, list[str]] = {}  # test id -> what it left (cgroups, netns) that was not there before it
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and not os.environ.get(machine.ENV_LOCK_DIR):
+        # the controlling process (or a serial run): one lock directory for the session, inherited by the workers
+        os.environ[machine.ENV_LOCK_DIR] = tempfile.mkdtemp(prefix=f"iolab-test-lock-{os.getpid()}-", dir="/tmp")
+        config.stash[_LOCK_DIR_MADE] = True
+
+
+_LOCK_DIR_MADE = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: the CPUs this process may use plus one, bounded (tests/machine.py)."""
+    return machine.workers_for_this_machine()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put every test of the `reproduced` fixture in one xdist group: a session fixture runs once per
+    worker, and a second `iolab reproduce --quick` would cost a quarter of an hour. Runs before
+    xdist's own hook, which reads the group marks."""
+    for item in items:
+        if "reproduced" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(REPRODUCE_GROUP))
+
+
+def _lock() -> machine.MachineLock:
+    global _machine_lock
+    if _machine_lock is None:
+        _machine_lock = machine.MachineLock(Path(os.environ[machine.ENV_LOCK_DIR]))
+    return _machine_lock
+
+
+_machine_lock: machine.MachineLock | None = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each test's set-up, call and teardown under the machine lock: alone for a whole_machine test,
+    shared for any other; none for the reproduce group (why: tests/machine.py). Then what the
+    test left of this process's own tagged cgroups and network namespaces, by test id."""
+    token = owner.me().token
+    before = leaks.counted_now(token)
+    if item.get_closest_marker("whole_machine") is not None:
+        hold: contextlib.AbstractContextManager[object] = _lock().exclusive()
+    elif "reproduced" in getattr(item, "fixturenames", ()):
+        hold = contextlib.nullcontext()
+    else:
+        hold = _lock().shared()
+    with hold:
+        yield
+    new = sorted(leaks.counted_now(token) - before)
+    if new:
+        _per_test[item.nodeid] = new
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After every fixture's teardown: what this process (a worker, or a serial run) left; the controller
+    adds what each worker reported, prints it all and fails the run."""
+    config = session.config
+    token = owner.me().token
+    mine = leaks.left_by(token)
+    if hasattr(config, "workerinput"):
+        config.workeroutput["iolab_leftovers"] = json.dumps({"token": token, "left": mine, "by_test": _per_test})
+        return
+    if mine:
+        _leftovers[token] = mine
+    if config.stash.get(_LOCK_DIR_MADE, False):
+        shutil.rmtree(os.environ.pop(machine.ENV_LOCK_DIR), ignore_errors=True)
+    if _leftovers:
+        lines = ["the test session left iolab resources of its own (owner tokens of pytest and its workers):"]
+        for tok, kinds in sorted(_leftovers.items()):
+            lines += [f"  {tok} {kind}: {', '.join(names)}" for kind, names in kinds.items()]
+        lines += [f"  after {test}: {', '.join(names)}" for test, names in sorted(_per_test.items())]
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", "LEFT BEHIND", red=True, bold=True)
+            for ln in lines:
+                reporter.write_line(ln)
+        else:
+            print("\n".join(lines))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist controller: a worker ended; keep what it reported having left."""
+    raw = getattr(node, "workeroutput", {}).get("iolab_leftovers")
+    if not raw:
+        return
+    report = json.loads(raw)
+    if report["left"]:
+        _leftovers[report["token"]] = report["left"]
+    _per_test.update(report["by_test"])
