@@ -130,6 +130,7 @@ def test_size_is_rounded_up_to_whole_blocks(placement: Placement) -> None:
     assert res.raw["size"] == 12_288 and res.metrics["calls"] == 3
 
 
+@pytest.mark.whole_machine  # a throughput relation
 def test_o_sync_large_blocks_are_much_faster(placement: Placement) -> None:
     small = run(placement, "o_sync", 512, 256 * KiB).metrics["throughput_mib_s"]
     large = run(placement, "o_sync", MiB, 4 * MiB).metrics["throughput_mib_s"]
@@ -193,6 +194,7 @@ def fio_bw(directory: Path, mode: str, bs: int, size: int) -> float:
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+@pytest.mark.whole_machine  # the helper's throughput against fio's, one after the other: a ratio
 @pytest.mark.parametrize("bs", [4 * KiB, 64 * KiB])
 @pytest.mark.parametrize("mode", ["o_sync", "o_direct"])
 def test_throughput_agrees_with_fio(placement: Placement, disk_dir: Path, mode: str,

@@ -18,7 +18,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from tests.core.helpers import REPO, Lab, one_line
+
+# wall-clock bounds on a budget: a neighbour would spend it for the run
+pytestmark = pytest.mark.whole_machine
 
 # Two configurations on one loop device, watched on read_bytes: "steady" reads its 4 MiB once
 # (runtime = 0: through the size once), so its metric is the same every trial and its interval

@@ -250,6 +250,7 @@ STREAM_OVER_SYSBENCH = {
 
 
 @needs_sysbench
+@pytest.mark.whole_machine  # memory bandwidth of two programs compared: a ratio
 def test_stream_bandwidth_agrees_with_sysbench_memory(placement: Placement) -> None:
     # Second method, measured like a study: STREAM and sysbench in pairs, alternating which
     # runs first (drift of the machine cancels within a pair), the ratio per pair, repeated

@@ -39,7 +39,8 @@ from tests.core import owned
 from tests.core.helpers import IOLAB, Lab, fio_workload, needs_fio, needs_root, study_table
 from tests.core.test_concurrent_runs import _bfq_and_cgroups
 
-pytestmark = [needs_root, needs_fio]
+# kill instants drawn over a run length a warm-up measured: a neighbour would stretch one run, not the other
+pytestmark = [needs_root, needs_fio, pytest.mark.whole_machine]
 
 SEED = int(os.environ.get("IOLAB_KILL_SEED", "20261123"))
 # kills per campaign; IOLAB_KILLS=40 sends each of the four signals ten times (a longer run by hand)

@@ -25,7 +25,8 @@ from iolab.studies.spec import from_dict
 # /proc/self/autogroup is empty for a process in the default autogroup (a session started
 # before autogroups were made, such as init's, which a CI job may inherit): the line is tagged,
 # so an empty one is still a line.
-PROBE = ["sh", "-c", "echo \"ag:$(cat /proc/self/autogroup 2>/dev/null || echo none)\"; cut -d' ' -f5,6 /proc/self/stat"]
+PROBE = ["sh", "-c",
+         "echo \"ag:$(cat /proc/self/autogroup 2>/dev/null || echo none)\"; cut -d' ' -f5,6 /proc/self/stat"]
 
 
 def _placement(policy: str, tmp_path: Path) -> tuple[str, int, int]:

@@ -20,6 +20,9 @@ from tests.core.helpers import Lab, make_lab
 from tests.fleet.netns_hosts import NsHost
 from tests.report.browser import chromium_available, open_report_in_browser
 
+# the slow host is named by how much slower than the others: a throughput relation
+pytestmark = pytest.mark.whole_machine
+
 BLKIO = Path("/sys/fs/cgroup/blkio")
 SLOW_IOPS = 300
 SLOW_BPS = 8 << 20
