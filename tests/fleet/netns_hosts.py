@@ -12,6 +12,7 @@ next start. Two test processes at once get different subnets and names (their pi
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import signal
@@ -231,33 +232,8 @@ def ns_fleet(workdir: Path, n: int = 3, image_mb: int = 64, start_servers: bool 
     hosts: list[NsHost] = []
     try:
         tag = f"{os.getpid() % 100000:05d}"
-        for i, x in enumerate(free_subnets(n)):
-            ns = owners.tag("fleet", f"h{i}")
-            veth_out, veth_in = f"iofl{tag}o{i}", f"iofl{tag}i{i}"
-            with ledger.creating("test-netns", ns):
-                _ip("netns", "add", ns)
-            with ledger.creating("test-veth", veth_out):
-                _ip("link", "add", veth_out, "type", "veth", "peer", "name", veth_in)
-            _ip("link", "set", veth_in, "netns", ns)
-            outside, inside = subnet(x)
-            _ip("addr", "add", f"{outside}/30", "dev", veth_out)
-            _ip("link", "set", veth_out, "up")
-            _ip("-n", ns, "addr", "add", f"{inside}/30", "dev", veth_in)
-            if ipv6:
-                _ip("-6", "addr", "add", f"{V6_PREFIX}{x:x}::1/64", "dev", veth_out, "nodad")
-                _ip("-n", ns, "-6", "addr", "add", f"{V6_PREFIX}{x:x}::2/64", "dev", veth_in, "nodad")
-            _ip("-n", ns, "link", "set", veth_in, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            image = workdir / f"h{i}.img"
-            with ledger.creating("file", str(image)):
-                with open(image, "xb") as f:
-                    f.truncate(image_mb << 20)
-            with ledger.creating("loop", "", backing=str(image)) as res:
-                dev = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True,
-                                     check=True, timeout=30).stdout.strip()
-                ledger.update(res, ident=dev)
-            address = f"{V6_PREFIX}{x:x}::2" if ipv6 else inside
-            hosts.append(NsHost(f"h{i}", ns, veth_out, address, PORT, dev, image))
+        with _subnets_chosen():
+            _add_hosts(ledger, workdir, hosts, tag, n, image_mb, ipv6)
         if start_servers:
             for h in hosts:
                 start_server(ledger, h, log_dir=workdir)
@@ -268,6 +244,53 @@ def ns_fleet(workdir: Path, n: int = 3, image_mb: int = 64, start_servers: bool 
                 h.kill_server()
         errors = ledger.release_all()
         assert not errors, errors
+
+
+def _add_hosts(ledger: Ledger, workdir: Path, hosts: list[NsHost], tag: str, n: int, image_mb: int,
+               ipv6: bool) -> None:
+    for i, x in enumerate(free_subnets(n)):
+        ns = owners.tag("fleet", f"h{i}")
+        veth_out, veth_in = f"iofl{tag}o{i}", f"iofl{tag}i{i}"
+        with ledger.creating("test-netns", ns):
+            _ip("netns", "add", ns)
+        with ledger.creating("test-veth", veth_out):
+            _ip("link", "add", veth_out, "type", "veth", "peer", "name", veth_in)
+        _ip("link", "set", veth_in, "netns", ns)
+        outside, inside = subnet(x)
+        _ip("addr", "add", f"{outside}/30", "dev", veth_out)
+        _ip("link", "set", veth_out, "up")
+        _ip("-n", ns, "addr", "add", f"{inside}/30", "dev", veth_in)
+        if ipv6:
+            _ip("-6", "addr", "add", f"{V6_PREFIX}{x:x}::1/64", "dev", veth_out, "nodad")
+            _ip("-n", ns, "-6", "addr", "add", f"{V6_PREFIX}{x:x}::2/64", "dev", veth_in, "nodad")
+        _ip("-n", ns, "link", "set", veth_in, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        image = workdir / f"h{i}.img"
+        with ledger.creating("file", str(image)):
+            with open(image, "xb") as f:
+                f.truncate(image_mb << 20)
+        with ledger.creating("loop", "", backing=str(image)) as res:
+            dev = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True,
+                                 check=True, timeout=30).stdout.strip()
+            ledger.update(res, ident=dev)
+        address = f"{V6_PREFIX}{x:x}::2" if ipv6 else inside
+        hosts.append(NsHost(f"h{i}", ns, veth_out, address, PORT, dev, image))
+
+
+SUBNET_LOCK = Path("/run/lock/iolab-test-fleet-subnets.lock")
+
+
+@contextmanager
+def _subnets_chosen() -> Iterator[None]:
+    """Choosing free /30s and putting addresses on them, one test process at a time (machine-wide):
+    two pytest workers (or two suites) that read `ip addr` at once would pick the same subnets."""
+    SUBNET_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(SUBNET_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def port_open(address: str, port: int) -> bool:
