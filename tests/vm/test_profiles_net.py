@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from iolab.core import owner
 from iolab.core.confine import Confinement
 from iolab.core.exec import HostExecutor
 from iolab.targets.base import Placement
@@ -19,6 +20,7 @@ from iolab.vm.cmdline import NetSpec, RunFiles, VmSpec, build_command
 from iolab.vm.disk import DiskSpec, Secret
 from iolab.vm.image import create_image
 from iolab.workloads.iperf3 import Iperf3Params, Iperf3Workload, listening_ports
+from tests import leaks
 
 needs_qemu_img = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="qemu-img not installed")
 
@@ -128,11 +130,14 @@ def test_iperf3_on_the_host_is_a_loopback_baseline(direction: str, confined: boo
     if confined and shutil.which("bwrap") is None:
         pytest.skip("bwrap not installed (apt-get install bubblewrap)")
     ex = HostExecutor(confinement=Confinement() if confined else None)
+    before = leaks.cgroups(owner.me().token)
     try:
         w = Iperf3Workload(Iperf3Params(direction=direction, time=1, omit=0))
         res = w.run(Placement(executor=ex), timeout_s=60)
     finally:
         ex.close()
+    # the server's cgroup leaf (outside a trial: at the hierarchy roots) goes with it
+    assert leaks.cgroups(owner.me().token) == before, "the iperf3 server's cgroup leaf was left behind"
     assert res.metrics["mbit_s"] > 100, res.metrics  # loopback moves far more than 100 Mbit/s
     assert any(f.startswith("loopback") for f in res.flags)
     assert ("-R" in res.job_text.split()) == (direction == "host_to_guest")

@@ -129,7 +129,10 @@ class Iperf3Workload(Workload):
                     "-O", f"{p.omit:g}", "-P", str(p.parallel), "-J", *(["-R"] if plan["reverse"] else [])]
             res = own.run(ExecRequest(argv, timeout_s=max(5.0, deadline - time.monotonic()), network=True))
         finally:
+            # and reap it: wait() removes the server's cgroup leaf, which outside a trial (a
+            # standalone host executor) sits at the hierarchy roots and would outlive the run
             server.kill()
+            server.wait()
         data = _parse(res)
         metrics = summary_metrics(data)
         return WorkloadResult(metrics=metrics, raw=data, job_text=" ".join(argv), flags=plan["flags"])
