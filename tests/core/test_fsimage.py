@@ -228,7 +228,9 @@ def test_a_lock_held_by_another_program_keeps_iolab_out(image: Path) -> None:
 
 def test_a_second_run_on_the_same_image_is_refused_while_the_first_finishes(lab: Lab, image: Path) -> None:
     before = fingerprint(image)
-    first = lab.popen("run", lab.spec(_spec(image, workload=fio_workload(rw="randwrite", size="8M", runtime=4),
+    # the first run's fio lasts 20 s: the second iolab must get as far as the image's lock while it
+    # still runs, and a loaded machine (a parallel suite) takes seconds just to start python
+    first = lab.popen("run", lab.spec(_spec(image, workload=fio_workload(rw="randwrite", size="8M", runtime=20),
                                             repetitions=1, max_repetitions=1), "first.toml"))
     try:
         lab.wait_until(lambda: bool(lab.fio_pids()), 120, "the first run's fio", first)
