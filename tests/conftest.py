@@ -115,6 +115,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     token = owner.me().token
     mine = leaks.left_by(token)
+    alive = leaks.processes(token)
+    if alive:
+        print(f"\nwarning: processes of owner {token} still alive at the session's end: {alive}")
     if hasattr(config, "workerinput"):
         config.workeroutput["iolab_leftovers"] = json.dumps({"token": token, "left": mine, "by_test": _per_test})
         return
