@@ -1,7 +1,7 @@
 """`iolab ab` as a CI gate on this machine, for real: A = B tries must all say "no regression";
 B with a CPU hog beside its blocks only must be a regression with exit 1.
 
-The study is tests/core/test_ab_cli.py's tiny CPU-bound one (sysbench cpu, 1 thread, 1 s on the
+The study is tests/cli/test_ab_cli.py's tiny CPU-bound one (sysbench cpu, 1 thread, 1 s on the
 host), 8 blocks (one look). Every try is a separate `iolab ab` process with its own seed, in a
 private results store and data directory under /tmp that is removed at the end.
 

@@ -90,7 +90,7 @@ def main() -> None:
 
 def analyse(db: Path) -> None:
     from iolab.analysis.runlevel import spread_of_runs
-    from iolab.report.document import results_document
+    from iolab.publish.document import results_document
     from iolab.store import registry
 
     store = registry.open_existing(str(db), "--db")

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from iolab.analysis.compare import compare_runs
+from iolab.analysis.plan import StopRule
 from iolab.core.model import config_id
-from iolab.runner.plan import StopRule
 
 CONFIGS = 8
 WITHIN_CV = 0.01

@@ -144,8 +144,8 @@ def _make_study_command(name: str) -> click.Command:
     def cmd(quick: bool, print_spec: bool, hosts_file: Path | None, budget: float | None, dry_run: bool,
             destroy: tuple[str, ...], output: Path | None, db: str | None) -> None:
         from iolab.fleet.hosts import load_hosts_file
+        from iolab.spec.study import from_dict
         from iolab.studies import builtin
-        from iolab.studies.spec import from_dict
 
         mod = builtin.get(name)
         fleet_guard.allow_destroy(destroy)  # before validation: the guard runs there too
@@ -193,8 +193,8 @@ def _register_studies() -> None:
 def run(spec: Path | None, resume: str | None, budget: float | None, dry_run: bool, destroy: tuple[str, ...],
         output: Path | None, db: str | None) -> None:
     """Run a study spec (TOML), an fio job file (.fio) as a study, or --resume a run."""
+    from iolab.spec.study import from_dict, load_spec_file
     from iolab.studies import builtin
-    from iolab.studies.spec import from_dict, load_spec_file
 
     fleet_guard.allow_destroy(destroy)  # before validation: a job file's device is guarded there
     if resume:
@@ -219,7 +219,7 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
              resume: str | None, hook: Any, budget: float | None = None, verdicts: Any = None) -> None:
     """Check every input first (devices allowed, database, report path, targets' preflight);
     --dry-run then prints the plan and creates nothing at all: no database, no ledger."""
-    from iolab.report.document import verdict_source
+    from iolab.publish.document import verdict_source
     from iolab.runner.runner import Runner
     from iolab.runner.schedule import Budget
 
@@ -285,7 +285,7 @@ def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
     When the store has not taken every write of the run (they wait in the local spool) or cannot
     be read now, the report waits too: what to do is returned (and printed), never raised over
     the run's own outcome."""
-    from iolab.report.document import write_html
+    from iolab.publish.document import write_html
 
     waiting = store.waiting(run_id)
     problem = None
@@ -323,7 +323,7 @@ def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | Non
     """Run the five reference studies (R1-R5) and write one page: every published claim, this
     machine's value with its CI, holds / differs / not testable here, and why."""
     from iolab.analysis.budget import fmt_seconds
-    from iolab.report.document import write_html
+    from iolab.publish.document import write_html
     from iolab.reproduce.session import Reproduction, minimum_seconds, plan_lines
 
     if output is not None:
@@ -498,7 +498,7 @@ def history(study: str, host: str | None, config_id: str | None, metric_names: t
     suspected in the newest 1-2 runs, each with its size and 95 % interval and what changed in the
     machine at it (kernel, fio, QEMU, iolab). docs/store.md#history."""
     from iolab.analysis.history import RunData, build
-    from iolab.report.history import history_html, history_json, history_text
+    from iolab.publish.history import history_html, history_json, history_text
 
     if html_path is not None:
         check_writable(html_path, "--html")
@@ -550,8 +550,8 @@ def report(run_ref: str, fmt: str, output: Path | None, compare_ref: str | None,
            db: str | None) -> None:
     """Render a run's report (RUN: id, id prefix or 'latest'). json follows docs/results.md."""
     from iolab.analysis.compare import compare_runs
+    from iolab.publish.document import analysed, results_document
     from iolab.report import comparison
-    from iolab.report.document import analysed, results_document
     from iolab.report.render import render
 
     if output is not None:
@@ -593,8 +593,8 @@ def compare(run_a: str, run_b: str, threshold: float, metric_names: tuple[str, .
     before it); with none stored, a documented floor, and the verdict says it compares two runs
     only (gate with `iolab ab`). Every recorded difference between the runs is listed."""
     from iolab.analysis.compare import compare_runs
+    from iolab.publish.document import results_document
     from iolab.report import comparison
-    from iolab.report.document import results_document
 
     store = _resolve_store(db)
     rec_a, rec_b = (_resolve(store, r) for r in (run_a, run_b))
@@ -623,7 +623,7 @@ def compare(run_a: str, run_b: str, threshold: float, metric_names: tuple[str, .
 def _compare_history(store: Store, a: Any, b: Any) -> list[dict[str, Any]]:
     """Stored runs that tell how far runs of A's study move on A's host: the same study and host,
     created before B, not B, not an `iolab ab` block; the newest COMPARE_HISTORY of them."""
-    from iolab.report.document import results_document
+    from iolab.publish.document import results_document
 
     host = (a.environment or {}).get("hostname")
     candidates = [r for r in store.runs(COMPARE_LOOKBACK) if r.study == a.study and r.id != b.id
@@ -678,8 +678,8 @@ def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b:
     import random
 
     from iolab.analysis.ab import Design
-    from iolab.report import ab as ab_report
-    from iolab.report.document import write_html
+    from iolab.publish import ab as ab_report
+    from iolab.publish.document import write_html
     from iolab.runner.ab import ABStudy, NoVerdict, variants
 
     try:

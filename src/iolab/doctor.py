@@ -2,7 +2,7 @@
 
 Every line is a check that can fail: facts are read at the edge (`gather`), then a pure
 decision turns them into a state and a detail that says what to do. The decisions are
-tested on given facts (both outcomes) in tests/core/test_doctor.py.
+tested on given facts (both outcomes) in tests/doctor/test_doctor.py.
 
 States: ok; warn (iolab works, but a result may be off or a study may not run: the detail
 says why and what to do); missing (a program or facility a study needs is absent); fail
@@ -85,6 +85,9 @@ def store_check(location: str, problem: str | None, version: int | None, latest:
         detail = f"{location}: schema v{version}, writable"
     if write_problem:
         state = "warn"
+        if version is not None and version < latest:  # a reader migrates nothing: its owner must
+            detail = (f"{location}: schema v{version}, older than this iolab's v{latest}; the role that owns "
+                      f"the store migrates it (`iolab migrate --db URL`), a run here cannot")
         detail = detail.replace("; writable", "").replace(", writable", "") + \
             f"; readable (runs, report, compare, history) but not writable here: {write_problem}"
     if spooled:

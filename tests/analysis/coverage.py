@@ -33,9 +33,9 @@ import numpy as np
 from scipy import optimize, stats
 
 from iolab.analysis import calibration, checks
+from iolab.analysis.plan import StopRule
 from iolab.analysis.sequential import interval_batch
 from iolab.core.metrics import NONNEG
-from iolab.runner.plan import StopRule
 
 STUDIES = 10_000
 CI_TARGET = 0.05

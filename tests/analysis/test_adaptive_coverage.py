@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from iolab.analysis import calibration, checks
+from iolab.analysis.plan import StopRule
 from iolab.analysis.sequential import LookDesign, RunEstimator, interval_batch, sequential_ci
 from iolab.core.metrics import NONNEG
-from iolab.runner.plan import StopRule
 from tests.analysis import coverage
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "statistics.md"

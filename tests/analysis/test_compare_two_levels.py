@@ -31,7 +31,7 @@ import pytest
 from iolab.analysis import compare as compare_mod
 from iolab.analysis.compare import compare_runs
 from iolab.analysis.runlevel import DEFAULT_FLOOR
-from iolab.workloads import fio_engine
+from iolab.fio import engine as fio_engine
 from tests.analysis.docs import document, one_metric
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"

@@ -22,9 +22,9 @@ from iolab.analysis import generic
 from iolab.analysis.sequential import LookDesign, RunEstimator, interval_batch, sequential_ci
 from iolab.core import metrics, registry
 from iolab.core.metrics import COUNT, DOMAINS, NONNEG, REAL, UNIT, Metric
+from iolab.fio import engine as fio_engine
 from iolab.probes import registry as probe_registry
 from iolab.report.format import fmt_cell
-from iolab.workloads import fio_engine
 
 FIXTURE = Path(__file__).parent / "data" / "vm-profile-quick.json.gz"
 QUICK = {"spec": {"study": {"name": "x", "repetitions": 3, "max_repetitions": 3}}}

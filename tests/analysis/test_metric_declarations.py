@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from iolab.analysis.trials import declarations, numeric_keys
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import metrics, registry
 from iolab.core.errors import CapabilityMissing
-from iolab.core.exec import HostExecutor
 from iolab.core.metrics import Metric, MetricSet
 from iolab.native import ycsb_build
 from iolab.probes import registry as probe_registry
@@ -225,7 +225,7 @@ def test_guest_probes_on_real_captures_are_declared() -> None:
 
 def test_every_probe_is_covered() -> None:
     covered = {"host_disk", "page_cache", "machine_cpu", "guest_disk", "qmp_blockstats", "qemu_syscalls",
-               "guest_blocktrace", "fs_journal"}  # fs_journal: tests/core/test_fs_journal.py, on a real ext4
+               "guest_blocktrace", "fs_journal"}  # fs_journal: tests/probes/test_fs_journal.py, on a real ext4
     assert covered == {p.name for p in probe_registry.probe_classes()}
 
 

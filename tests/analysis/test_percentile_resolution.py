@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from iolab.workloads import fio_engine
+from iolab.fio import engine as fio_engine
 
 pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
 

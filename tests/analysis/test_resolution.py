@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from iolab.analysis.compare import compare_runs
+from iolab.analysis.plan import StopRule
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import RESOLUTION_METHOD, welch_log, with_resolution
 from iolab.analysis.trials import relative_resolution
-from iolab.runner.plan import StopRule
 
 BYTES = 8 << 20
 STUDIES = 4000  # coverage standard error ~0.35 % at 95 %

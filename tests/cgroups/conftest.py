@@ -12,9 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.core.fixtures import basic_run, canaries, lab  # noqa: F401  (shared: tests/core/fixtures.py)
 
 from iolab.cgroups import detect
-from iolab.core.exec import ExecRequest, HostExecutor
+from iolab.cgroups.executor import HostExecutor
+from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
 
 MiB = 1 << 20

@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 from collections.abc import Mapping
 
-from iolab.workloads import fio_allowlist as allow
-from iolab.workloads import fio_sandbox
+from iolab.fio import allowlist as allow
+from iolab.fio import sandbox as fio_sandbox
 
 PATH_OPTIONS = {"filename", "directory", "filename_format", "opendir", "write_iolog", "write_bw_log",
                 "write_lat_log", "write_iops_log", "write_hist_log", "read_iolog", "replay_redirect",

@@ -20,11 +20,12 @@ import pytest
 from tests.core.canary import Canaries
 from tests.core.helpers import needs_fio, needs_root
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import diskguard
 from iolab.core.confine import NOBODY, Confinement, preexisting
 from iolab.core.errors import RefusedError
-from iolab.core.exec import ExecRequest, HostExecutor
+from iolab.core.exec import ExecRequest
 
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap (bubblewrap)")]
 

@@ -36,10 +36,11 @@ from tests.core.canary import Canaries, sha256
 from tests.core.confine_corpus import Input, corpus
 from tests.core.helpers import Lab, needs_fio, needs_root
 
+from iolab.cgroups import executor as host_exec  # MAX_OUTPUT as the host executor reads it
+from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import Bounds, TrialCgroup
-from iolab.core import exec as host_exec
 from iolab.core.confine import Confinement, preexisting
-from iolab.core.exec import ExecRequest, HostExecutor
+from iolab.core.exec import ExecRequest
 
 pytestmark = [needs_root, needs_fio, pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")]
 

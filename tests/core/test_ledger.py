@@ -96,7 +96,7 @@ def test_loop_release_does_not_pretend_while_the_device_is_busy(env_lab: Lab, mo
     autoclear and exits 0, so the cleaner returns at once and the ledger forgets the device
     while it is still attached (its image already unlinked). This is how a SIGINT during a
     trial can leave a loop device behind after iolab has exited: fio was sent SIGKILL but
-    not waited for (core/exec.py Executor.run / _HostRunning.kill), so it still held the
+    not waited for (core/exec.py Executor.run / cgroups/executor.py _HostRunning.kill), so it still held the
     device when the cleaner ran.
     """
     from iolab.core import cleaners

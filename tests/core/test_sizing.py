@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import sizing
-from iolab.core.exec import HostExecutor
 from iolab.core.sizing import Llc, Memory
 
 MiB = 1 << 20

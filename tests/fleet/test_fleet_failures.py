@@ -158,9 +158,9 @@ def test_mismatched_fio_names_each_hosts_version(fleet3: list[NsHost], tmp_path:
     """Real servers, real probes; only this machine's version is pretended (one fio is installed
     here, so a second protocol version cannot be started for real)."""
     from iolab.core.errors import RefusedError
+    from iolab.fio import engine as fio_engine
     from iolab.fleet import checks
     from iolab.fleet.hosts import FleetHost
-    from iolab.workloads import fio_engine
 
     hosts = [FleetHost(name=h.name, address=h.address, port=h.port, device=h.device) for h in fleet3]
     run = checks.runner(tmp_path)
@@ -217,7 +217,7 @@ def _own_metrics(lab: Lab, t: dict[str, Any], host: str) -> dict[str, float]:
     """The host's own metrics recomputed from the fio document stored for it."""
     import json as _json
 
-    from iolab.workloads.fio_engine import job_metrics
+    from iolab.fio.engine import job_metrics
 
     (raw,) = lab.query("SELECT raw_json FROM trials WHERE trial_id = ?", t["id"])
     doc = _json.loads(raw[0])["hosts"][host]

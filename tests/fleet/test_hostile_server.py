@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from iolab.core.net import free_port
-from iolab.workloads.fio_engine import fio_version
+from iolab.fio.engine import fio_version
 from tests.core.helpers import Lab, fio_workload, make_lab, study_table
 from tests.fleet.hostile_server import HostileServer
 from tests.fleet.netns_hosts import _kill_server_tree

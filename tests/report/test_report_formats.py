@@ -9,9 +9,11 @@ import json
 import pytest
 from tests.report import sample_doc
 
+from iolab.report.csv_out import render_csv
 from iolab.report.format import fmt_cell, fmt_num, fmt_size
+from iolab.report.markdown import render_markdown
 from iolab.report.model import Chart, Note, Section, Series, Table
-from iolab.report.render import render, render_csv, render_markdown
+from iolab.report.render import render
 
 
 @pytest.mark.parametrize(
@@ -153,3 +155,32 @@ def test_failed_run_without_trials_renders() -> None:
 def test_html_is_deterministic(sample_run: tuple) -> None:
     """Same run, same bytes: reports can be diffed and cached."""
     assert render(*sample_run, "html") == render(*sample_run, "html")
+
+
+def test_every_format_is_one_exporter_named_in_one_table() -> None:
+    """render() has no branch per format: each name in EXPORTERS loads one Exporter of that
+    name, aliases reach the same one, and an unknown name is refused with the known ones."""
+    from iolab.report.exporter import Exporter
+    from iolab.report.render import EXPORTERS, FORMATS, exporter
+
+    assert FORMATS == tuple(EXPORTERS) == ("html", "md", "csv", "json")
+    for key in FORMATS:
+        made = exporter(key)
+        assert isinstance(made, Exporter) and made.name == key
+    assert exporter("Markdown").name == "md" and exporter("htm").name == "html"
+    with pytest.raises(ValueError, match="unknown report format 'pdf': expected one of html, md, csv, json"):
+        exporter("pdf")
+
+
+def test_csv_and_json_never_import_matplotlib() -> None:
+    """The exporters are loaded by name when asked for: a CSV or JSON export in a fresh
+    interpreter leaves matplotlib (the HTML and Markdown charts) unimported."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom iolab.report.render import render\n"
+            "doc = {'run_id': 'r', 'study': 's', 'trials': []}\n"
+            "render(doc, [], [], 'csv'); render(doc, [], [], 'json')\n"
+            "print('matplotlib' in sys.modules, 'iolab.report.html' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "False"]

@@ -9,8 +9,8 @@ from typing import Any
 from tests.report import sample_doc
 from tests.report.browser import inspect_report
 
+from iolab.report.html import render_html
 from iolab.report.model import Chart
-from iolab.report.render import render_html
 
 
 def _chart_count(sections: list[Any]) -> int:

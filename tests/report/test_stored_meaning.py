@@ -27,7 +27,7 @@ from iolab.analysis.compare import compare_runs
 from iolab.analysis.trials import numeric_keys
 from iolab.core import metrics
 from iolab.probes import registry as probe_registry
-from iolab.report.document import analyse_document, results_document
+from iolab.publish.document import analyse_document, results_document
 from iolab.store.registry import open_store
 
 OLD_STORE = Path(__file__).parent / "data" / "store-v3-before-declarations.sqlite.gz"
@@ -146,7 +146,7 @@ def test_a_run_is_read_with_the_declarations_its_trials_stored(old_db: Path) -> 
 PROBE_FRAMEWORK = {"iolab.probes.registry", "iolab.probes.base"}  # the interface, no probe implementation
 ANALYSE_ALONE = """
 import json, sys
-from iolab.report.document import analyse_document
+from iolab.publish.document import analyse_document
 doc, _, _ = analyse_document(json.load(open(sys.argv[1])))
 assert doc["findings"]["metric_declarations"]["undeclared"] == [], doc["findings"]["metric_declarations"]
 print(json.dumps(sorted(m for m in sys.modules if m.startswith(("iolab.workloads.", "iolab.probes.")))))

@@ -25,6 +25,10 @@ def test_the_store_decision_on_given_facts() -> None:
     assert d.store_check("pg://h/db", None, None, 2, 0).state == "ok"
     assert "created" in d.store_check("pg://h/db", None, None, 2, 0).detail
     assert "migrated to v2" in d.store_check("pg://h/db", None, 1, 2, 0).detail
+    reader = d.store_check("pg://h/db", None, 1, 2, 0, write_problem="role reader may not write")
+    # a reader's run migrates nothing: doctor names who can, and promises no migration
+    assert reader.state == "warn" and "migrated" not in reader.detail and "iolab migrate" in reader.detail
+    assert "not writable here: role reader may not write" in reader.detail
     assert d.store_check("pg://h/db", None, 2, 2, 0).detail == "pg://h/db: schema v2, writable"
     warn = d.store_check("pg://h/db", None, 2, 2, 3)
     assert warn.state == "warn" and "3 write(s) wait in the local spool" in warn.detail

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from iolab.report.document import analyse_document, results_document
+from iolab.publish.document import analyse_document, results_document
 from iolab.report.markdown import render_markdown
 from iolab.runner.runner import ConfigState, Runner
+from iolab.spec.study import from_dict
 from iolab.store.registry import open_store
 from iolab.studies.cgroup_weights.hook import gate_decision, gate_verdict
 from iolab.studies.hooks import GroupContext, GroupDecision, GroupHook
-from iolab.studies.spec import from_dict
 from iolab.workloads.fio import FioParams, FioWorkload
 
 NARROW = {"configs", "placement", "run_workload", "set_extra", "message"}

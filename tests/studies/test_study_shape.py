@@ -14,9 +14,9 @@ from types import ModuleType
 
 import pytest
 
+from iolab.spec.study import from_dict
 from iolab.studies import builtin
 from iolab.studies.hooks import GroupContext
-from iolab.studies.spec import from_dict
 
 # A part may keep a module of its own inside its package; each one is named here, so a stray
 # module (a second analysis, a copy of a helper) fails this test until someone decides on it.

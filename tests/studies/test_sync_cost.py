@@ -147,7 +147,7 @@ def test_the_full_study_runs_ycsb_insert_and_update_in_guests_that_carry_it() ->
     """R3's YCSB rows (point 3): in the full study, on the guest ext4 of every cost configuration,
     64 KiB records, in guests with YCSB's bundle and memory for its heap; the quick study leaves
     them out (and so its guests stay small). Both specs pass iolab's own validation."""
-    from iolab.studies.spec import from_dict
+    from iolab.spec.study import from_dict
 
     full, quick = spec.build(False), spec.build(True)
     ycsb = {w["name"]: w for w in full["workloads"] if w["kind"] == "ycsb"}

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import owner
 from iolab.core.confine import Confinement
-from iolab.core.exec import HostExecutor
 from iolab.targets.base import Placement
 from iolab.targets.qemu_guest import QemuGuestParams
 from iolab.vm.cmdline import NetSpec, RunFiles, VmSpec, build_command

@@ -10,7 +10,7 @@ iolab.analysis.calibration` rewrites it, a few minutes; tests/analysis recompute
    the mean's t statistic does (a skewed sample's median stays near the population median;
    its mean does not), so one table serves skewed, heavy-tailed and normal noise alike.
 2. **per_look_alpha** for every look design (first..last): the largest per-look tail α' for
-   which the interval *at the runner's own stop* (runner/plan.py StopRule: stop when the
+   which the interval *at the runner's own stop* (analysis/plan.py StopRule: stop when the
    interval is within ci_target, or when the run-order checks trip, at the cap) still covers
    the median in at least STOP_COVERAGE of the studies, for every design shape and every CV
    from 0.1 to 3 × ci_target. Calibrating on the stop the runner really makes (not on every

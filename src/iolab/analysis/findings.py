@@ -1,7 +1,7 @@
 """The base of every study's findings: what every report adds to a study's own findings.
 
 A study's analysis returns a `Findings` subclass (its own fields, analysis/record.py); the report
-(report/document.py) adds, for every study alike, `repetitions` (per configuration: n, failures,
+(publish/document.py) adds, for every study alike, `repetitions` (per configuration: n, failures,
 why it stopped) and `metric_declarations` (what every value the trials hold means). Both are left
 out of the JSON until set, as they were absent from the dictionaries before the report added them.
 """

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from iolab.analysis import calibration, checks
+from iolab.analysis.plan import StopRule
 from iolab.analysis.record import Record
 from iolab.analysis.sequential import design_of, method_of
 from iolab.analysis.stats import RESOLUTION_METHOD
@@ -23,8 +24,7 @@ from iolab.analysis.trials import (
     settings_of,
 )
 from iolab.report.model import Note, Section, Table
-from iolab.runner.plan import StopRule
-from iolab.studies.spec import StudySettings
+from iolab.spec.study import StudySettings
 
 # The error of the one record a study hook's skip leaves (runner/runner.py): a decision, not a failure.
 SKIPPED = "skipped by study hook"

@@ -54,7 +54,7 @@ from iolab.analysis.stats import (
     with_resolution,
 )
 from iolab.core.metrics import NONNEG, Domain, Metric
-from iolab.studies.spec import StudySettings
+from iolab.spec.study import StudySettings
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from iolab.core import metrics, registry
 from iolab.core.metrics import MetricSet, TrialDeclarations, numeric_keys
 from iolab.core.model import config_id_of_trial
 from iolab.probes import registry as probe_registry
-from iolab.studies.spec import StudySettings
+from iolab.spec.study import StudySettings
 
 # The results document (docs/results.md) and one of its trials, as parsed JSON: the contract's shape.
 Doc = dict[str, Any]

@@ -1,7 +1,8 @@
-"""The generic kinds of resource every layer creates through the ledger: files, dirs, mounts,
-loop devices and the load generators an executor starts (`pgroup`); and the processes a dead
-owner started. Each kind is one `ResourceKind` below its functions: how an entry is undone,
-its order, and how `iolab clean --all` finds one without a ledger.
+"""The generic kinds of resource every layer creates through the ledger: files, dirs, mounts
+and loop devices; and the processes a dead owner started (the load generators the host
+executor starts, `pgroup`, are its own kind: cgroups/executor.py). Each kind is one
+`ResourceKind` below its functions: how an entry is undone, its order, and how `iolab clean
+--all` finds one without a ledger.
 
 Each cleaner is idempotent (undoing something already gone is not an error) and accepts a
 *pending* entry, whose thing may or may not exist: a loop device is found by its backing
@@ -21,13 +22,11 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from iolab.cgroups import processes as cgroup_processes
 from iolab.core import owner as owners
 from iolab.core.resources import (
     ORDER_DEVICES,
     ORDER_FILES,
     ORDER_MOUNTS,
-    ORDER_PROCESSES,
     Resource,
     ResourceKind,
     SweepScope,
@@ -191,29 +190,9 @@ def kill_processes_of(dead: owners.Owner) -> list[str]:
     return kill_tagged(lambda p: p.owner == dead)
 
 
-def _pgroup(res: Resource) -> None:
-    """A process an executor started and everything it started: ended through its cgroup leaf.
-
-    A pending entry names the leaf too (it is made inside the pending window, before the
-    process), so whatever exists is in it. The leaf's kill group is the leaf itself, or the
-    group the process was placed in instead (v2: a weighted group inside the trial cgroup).
-    Entries of iolab before trial cgroups have no leaf: their processes are found by the
-    IOLAB_SPAWN tag they inherited."""
-    leaves = [Path(d) for d in res.info.get("cgroups") or []]
-    if not leaves:
-        spawn = res.info.get("spawn")
-        if spawn:
-            kill_tagged(lambda p: p.spawn == spawn)
-        return
-    group = res.info.get("kill")
-    if group and owners.PREFIX in str(group):  # only ever a group iolab made
-        cgroup_processes.kill(Path(group))
-    cgroup_processes.destroy(leaves)
-
-
 # ---------------------------------------------------------------- sweeps (iolab clean --all)
 
-def _sweep_processes(scope: SweepScope) -> tuple[list[str], list[str]]:
+def sweep_processes(scope: SweepScope) -> tuple[list[str], list[str]]:
     """Every process whose IOLAB_OWNER is dead (fio, fio servers, QEMU, mkfs, ...); then load
     generators of iolab before 0.2, which carry no tag and no cgroup: found by their untagged
     work dir (their working directory), the only trace they left."""
@@ -302,7 +281,6 @@ def _sweep_files(scope: SweepScope) -> tuple[list[str], list[str]]:
     return cleaned, errors
 
 
-register_kind(ResourceKind("pgroup", ORDER_PROCESSES, _pgroup, _sweep_processes))
 register_kind(ResourceKind("mount", ORDER_MOUNTS, _mount, _sweep_mounts))
 register_kind(ResourceKind("loop", ORDER_DEVICES, _loop, _sweep_loops))
 register_kind(ResourceKind("file", ORDER_FILES, _file, _sweep_files))

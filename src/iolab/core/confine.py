@@ -1,6 +1,6 @@
 """Confinement: a trial's processes can write only what iolab made or the user named.
 
-Why: the job-file sandbox (workloads/fio_sandbox.py) predicts how fio will read a file and
+Why: the job-file sandbox (fio/sandbox.py) predicts how fio will read a file and
 which names it will open. Two rounds of hostile inputs showed that such a prediction is
 always one fio option behind (a default file name, a placeholder, a symlink at the name fio
 really opens). So the guarantee is given by the kernel instead, per trial: every host

@@ -62,3 +62,15 @@ def parse_duration(value: object) -> float:
     if seconds > MAX_DURATION:
         raise ValueError(f"duration {value!r} is longer than 30 days")
     return seconds
+
+
+def positive_duration(value: object, name: str) -> float | None:
+    """A duration setting's seconds, refused unless longer than 0 s; None (not set) stays None.
+    The one validator of every such setting ([study] trial_timeout and budget, a workload's
+    duration or max_runtime), so each says the same thing the same way."""
+    if value is None:
+        return None
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"{name} must be longer than 0 s, got {value!r}")
+    return seconds

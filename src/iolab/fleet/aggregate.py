@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from iolab.workloads.fio_engine import MIB, PERCENTILES, job_metrics
+from iolab.fio.engine import MIB, PERCENTILES, job_metrics
 
 SIDES = {0: "read", 1: "write"}
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from iolab.core.errors import RefusedError
 from iolab.core.resources import Ledger
+from iolab.fio import engine as fio_engine
 from iolab.fleet import skew as skews
 from iolab.fleet.client import LOG_PREFIX, ClientRun, run_clients
 from iolab.fleet.hosts import FleetHost
-from iolab.workloads import fio_engine
 
 CONNECT_TIMEOUT_S = 3.0
 PROBE_INTERVAL_MS = 20

@@ -46,10 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import paths
 from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
-from iolab.core.exec import ExecRequest, ExecResult, HostExecutor, Running
+from iolab.core.exec import ExecRequest, ExecResult, Running
 from iolab.core.resources import Ledger
 from iolab.fleet import accounts, fio_output
 from iolab.fleet.aggregate import HistSample, HostRun, Sample, parse_hist_log, parse_log

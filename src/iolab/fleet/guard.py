@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable
 
 from iolab.core import diskguard
 from iolab.core.errors import RefusedError
+from iolab.fio import engine as fio_engine
 from iolab.fleet.fio_output import host_entries
 from iolab.fleet.hosts import FleetHost
-from iolab.workloads import fio_engine
 
 _HOST_PATH = re.compile(r"([A-Za-z0-9_.]{1,64}):(/.+)")
 _ALLOWED: set[tuple[str, str]] = set()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from iolab.core.metrics import Metric
-from iolab.workloads.fio_engine import FIO_METRICS
+from iolab.fio.engine import FIO_METRICS
 
 HOST_PREFIX = "host:{host:label}:"
 

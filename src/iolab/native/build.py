@@ -18,7 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from iolab.core.errors import CapabilityMissing, IolabError
+from iolab.core.errors import CapabilityMissing, IolabError, TrialFailed
+from iolab.core.exec import ExecResult
 from iolab.core.paths import cache_dir
 
 if TYPE_CHECKING:
@@ -126,3 +127,14 @@ def helper_for(name: str, placement: Placement) -> str:
         return str(helper_path(name))
     raise TrialFailed(f"the {placement.executor.name!r} executor has no native helper {name}; its target must "
                       f"install it (qemu target: native_helpers = [\"{name}\"])")
+
+
+def helper_stdout(res: ExecResult, helper: str, timeout_s: float) -> str:
+    """What a helper printed, when it ran to its end; TrialFailed naming the helper when it
+    timed out or exited non-zero (with its output's tail). Each workload then parses and
+    checks the text against what it asked for."""
+    if res.timed_out:
+        raise TrialFailed(f"{helper} timed out after {timeout_s:g}s")
+    if res.returncode != 0:
+        raise TrialFailed(f"{helper} failed (exit {res.returncode}): {res.tail()}")
+    return res.stdout

@@ -13,6 +13,9 @@ import io
 import json
 from typing import Any
 
+from iolab.report.exporter import Exporter
+from iolab.report.model import Section
+
 FIXED_COLUMNS = ["run_id", "study", "trial_id", "repetition", "status", "error", "flags"]
 
 
@@ -66,3 +69,10 @@ def _cell(value: Any) -> str:
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, default=str, sort_keys=True)
     return str(value)
+
+
+class CsvExporter(Exporter):
+    name = "csv"
+
+    def export(self, doc: dict[str, Any], sections: list[Section], summary: list[str]) -> str:
+        return render_csv(doc)

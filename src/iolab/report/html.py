@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from iolab import __version__
 from iolab.report.charts import chart_svg
+from iolab.report.exporter import Exporter
 from iolab.report.format import (
     failure_groups,
     fmt_cell,
@@ -235,3 +236,10 @@ def _env_rows(env: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
 
 def _iolab_version() -> str:
     return str(__version__)
+
+
+class HtmlExporter(Exporter):
+    name = "html"
+
+    def export(self, doc: dict[str, Any], sections: list[Section], summary: list[str]) -> str:
+        return render_html(doc, sections, summary)

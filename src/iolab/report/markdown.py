@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from iolab.report.exporter import Exporter
 from iolab.report.format import (
     failure_groups,
     fmt_cell,
@@ -220,3 +221,10 @@ def _cell_note(table: Table, r: int, c: int) -> str | None:
     if not cn or r >= len(cn) or c >= len(cn[r]):
         return None
     return cn[r][c] or None
+
+
+class MarkdownExporter(Exporter):
+    name = "md"
+
+    def export(self, doc: dict[str, Any], sections: list[Section], summary: list[str]) -> str:
+        return render_markdown(doc, sections, summary)

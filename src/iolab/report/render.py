@@ -1,59 +1,38 @@
-"""Entry point of the report renderers: `render()` picks a format.
+"""Entry point of the report exporters: `render()` picks a format's exporter by name.
 
-The renderers import their formatting from report/format.py, never from here, so there is
-no cycle. The HTML and Markdown renderers are imported when asked for: `--format csv|json`
-never pays for importing matplotlib (charts).
+Each format is one module with one `Exporter` (report/exporter.py), named here as a
+`"module:Class"` string like every registry (core/registry.py), and imported when asked
+for: `--format csv|json` never pays for importing matplotlib (charts). The exporters import
+their formatting from report/format.py, never from here.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from iolab.core.registry import load
+from iolab.report.exporter import Exporter
 from iolab.report.model import Section
 
-FORMATS = ("html", "md", "csv", "json")
+EXPORTERS = {
+    "html": "iolab.report.html:HtmlExporter",  # one self-contained file (inline CSS and SVG, no external loads)
+    "md": "iolab.report.markdown:MarkdownExporter",  # the same content, charts as data tables
+    "csv": "iolab.report.csv_out:CsvExporter",  # one row per trial, for spreadsheets and pandas
+    "json": "iolab.report.json_out:JsonExporter",  # the results contract document itself
+}
+FORMATS = tuple(EXPORTERS)
 _ALIASES = {"markdown": "md", "htm": "html"}
 
 
-# --------------------------------------------------------------------------- dispatch
-
-
-def render_html(doc: dict[str, Any], sections: list[Section], summary: list[str]) -> str:
-    """One self-contained HTML file (inline CSS and SVG, no external loads)."""
-    from iolab.report.html import render_html as _render
-
-    return _render(doc, sections, summary)
-
-
-def render_markdown(doc: dict[str, Any], sections: list[Section], summary: list[str]) -> str:
-    """The same content as Markdown, charts as data tables."""
-    from iolab.report.markdown import render_markdown as _render
-
-    return _render(doc, sections, summary)
-
-
-def render_csv(doc: dict[str, Any]) -> str:
-    """One row per trial, for spreadsheets and pandas."""
-    from iolab.report.csv_out import render_csv as _render
-
-    return _render(doc)
-
-
-def render_json(doc: dict[str, Any]) -> str:
-    """The results contract document itself, stable key order so diffs are readable."""
-    return json.dumps(doc, indent=2, sort_keys=True, default=str)
+def exporter(fmt: str) -> Exporter:
+    """The exporter of `fmt` ('html', 'md', 'csv' or 'json', or an alias); ValueError if unknown."""
+    key = _ALIASES.get(fmt.lower(), fmt.lower())
+    if key not in EXPORTERS:
+        raise ValueError(f"unknown report format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    made: Exporter = load(EXPORTERS, key)()
+    return made
 
 
 def render(doc: dict[str, Any], sections: list[Section], summary: list[str], fmt: str) -> str:
     """Render `doc` in `fmt` ('html', 'md', 'csv' or 'json')."""
-    key = _ALIASES.get(fmt.lower(), fmt.lower())
-    if key == "html":
-        return render_html(doc, sections, summary)
-    if key == "md":
-        return render_markdown(doc, sections, summary)
-    if key == "csv":
-        return render_csv(doc)
-    if key == "json":
-        return render_json(doc)
-    raise ValueError(f"unknown report format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    return exporter(fmt).export(doc, sections, summary)

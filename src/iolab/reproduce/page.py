@@ -2,7 +2,7 @@
 
 findings(), analyze() and present() follow the study interface (analysis pure, on a results document):
 the document of a reproduction carries its child studies' documents under "children"
-(see report/document.py), so the page is recomputed from stored runs and tested on fixtures.
+(see publish/document.py), so the page is recomputed from stored runs and tested on fixtures.
 """
 
 from __future__ import annotations

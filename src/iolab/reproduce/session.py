@@ -26,15 +26,15 @@ from rich.console import Console
 from iolab.analysis import budget as spend
 from iolab.analysis.verdicts import ReportedVerdict
 from iolab.core.errors import IolabError
-from iolab.report.document import REPRODUCE, analysis_of, results_document, write_html
+from iolab.publish.document import REPRODUCE, analysis_of, results_document, write_html
 from iolab.reproduce import claims
 from iolab.reproduce.plan import RUN_ORDER
 from iolab.runner.manifest import environment
 from iolab.runner.runner import Runner, new_run_id
 from iolab.runner.schedule import EXTRA_KEY, Budget, Clock
+from iolab.spec.study import StudySpec, from_dict
 from iolab.store.base import RunRecord, Store
 from iolab.studies import builtin
-from iolab.studies.spec import StudySpec, from_dict
 
 NAME = REPRODUCE
 

@@ -25,15 +25,16 @@ from typing import Any
 from rich.console import Console
 
 from iolab.analysis import ab
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import signals
 from iolab.core.errors import InputError, Interrupted, IolabError
-from iolab.core.exec import ExecRequest, HostExecutor, Running, set_session_policy
+from iolab.core.exec import ExecRequest, Running, set_session_policy
 from iolab.core.resources import Ledger
 from iolab.runner.manifest import environment
 from iolab.runner.runner import Runner, new_run_id
+from iolab.spec.study import StudySpec, from_dict, load_spec_file
 from iolab.store.base import Store
 from iolab.studies import builtin, overrides
-from iolab.studies.spec import StudySpec, from_dict, load_spec_file
 
 NAME = "ab"
 LOAD_TIMEOUT_S = 7 * 24 * 3600  # the load ends with its block; this is only its executor's deadline

@@ -10,7 +10,7 @@ is run by one process at a time: the store records the owner (core.owner) and a 
 
 Size: the trial lifecycle (setup, study hook, trial cgroup, probes, workload, confounders,
 store, failure records, teardown) is one sequence whose error paths must be read together;
-the rules it applies live elsewhere (runner/plan.py, analysis/sequential.py, store/).
+the rules it applies live elsewhere (analysis/plan.py, analysis/sequential.py, store/).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from iolab.analysis import budget as spend
+from iolab.analysis import plan
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import metrics, registry
@@ -46,14 +47,14 @@ from iolab.core.signals import STOP_SIGNALS
 from iolab.core.units import MAX_DURATION
 from iolab.probes.base import Probe
 from iolab.probes.registry import probe_classes
-from iolab.runner import confounders, plan
+from iolab.runner import confounders
 from iolab.runner.manifest import environment
 from iolab.runner.progress import Reporter, reporter_for
 from iolab.runner.schedule import EXTRA_KEY as BUDGET_KEY
 from iolab.runner.schedule import Budget, Schedule
+from iolab.spec.study import StudySpec
 from iolab.store.base import Store
 from iolab.studies.hooks import GroupContext, GroupHook, configs_to_skip
-from iolab.studies.spec import StudySpec
 from iolab.targets.base import TCG_TIME_FACTOR, Placement, Target
 
 # A built-in study may check or prepare a target before its trials (e.g. a sanity gate): its

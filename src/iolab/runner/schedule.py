@@ -1,7 +1,7 @@
 """A run under a time budget: the minimum first, then open verdicts, then intervals.
 
 Without a budget the runner runs each target group to the end of its stopping rule
-(runner/plan.py). With one (`--budget DURATION`, or the `budget` of a quick study's [study]
+(analysis/plan.py). With one (`--budget DURATION`, or the `budget` of a quick study's [study]
 table) it runs in three phases and never starts a target set-up, a round or a trial that the
 measured times say cannot finish within what is left:
 
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from iolab.analysis import budget as spend
+from iolab.analysis.plan import TargetGroup
 from iolab.analysis.verdicts import ReportedVerdict
 from iolab.core.model import Config
-from iolab.runner.plan import TargetGroup
 
 # run id -> the verdicts the study reports, recomputed from that run's stored trials
 VerdictSource = Callable[[str], list[ReportedVerdict]]

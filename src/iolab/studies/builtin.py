@@ -41,7 +41,7 @@ BUILTIN: dict[str, str] = {
 }
 DEFAULT_STUDY = "write-modes"
 # Analyses that are not studies of their own: a reproduction's page of claims, an A/B study's verdict.
-ANALYSES: dict[str, str] = {"reproduce": "iolab.reproduce.page", "ab": "iolab.report.ab"}
+ANALYSES: dict[str, str] = {"reproduce": "iolab.reproduce.page", "ab": "iolab.publish.ab"}
 
 # The shape, as tests/studies/test_study_shape.py checks it on every package above.
 PARTS = ("spec", "analysis", "presentation")                  # every study has these modules

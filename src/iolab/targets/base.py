@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict
 
 from iolab.cgroups.base import Group
 from iolab.cgroups.counters import IoCounters
+from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import Executor
-from iolab.core.resources import Ledger
+from iolab.core.resources import Ledger, Resource
 from iolab.targets.offer import ANY_STORAGE, Capability, MachineCheck, Needs, Storage, TargetOffer, Where, refusal
 
 # the offer's vocabulary is re-exported: workloads see targets through this module only
@@ -202,6 +203,15 @@ class Target(ABC):
     def teardown(self) -> None:
         """Undo setup(); must be safe to call after a partial setup and more than once."""
 
+    def undone_on_failure(self, make: Callable[[], Placement]) -> Placement:
+        """`make()`'s placement; if it raises or is interrupted, teardown() first, so a setup
+        cut short leaves nothing behind (for a setup() that does not undo its own steps)."""
+        try:
+            return make()
+        except BaseException:
+            self.teardown()
+            raise
+
     def preflight(self) -> None:  # noqa: B027 -- optional hook: most targets need no check
         """Checks that must pass before anything at all is created (e.g. the data-safety guard)."""
 
@@ -211,3 +221,13 @@ class Target(ABC):
     def sharing_key(self) -> str:
         """Trials whose targets share this key reuse one setup (e.g. one loop device)."""
         return self.params.model_dump_json()
+
+
+def close_host(executor: HostExecutor | None, ledger: Ledger, made: Resource | None) -> None:
+    """The teardown of a host target that made a place (a directory, a mount) and runs an
+    executor in it: the executor first (its work dir may be inside), then the ledger entry
+    for the place; either may be absent after a partial setup."""
+    if executor:
+        executor.close()
+    if made:
+        ledger.release(made)

@@ -15,9 +15,9 @@ from typing import ClassVar, Literal
 
 from pydantic import field_validator
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import diskguard, paths
 from iolab.core.confine import Confinement
-from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.targets import blockinfo
 from iolab.targets.base import Placement, Target, TargetOffer, TargetParams

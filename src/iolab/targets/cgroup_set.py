@@ -28,13 +28,13 @@ from iolab.cgroups import registry, scheduler
 from iolab.cgroups.base import Group
 from iolab.cgroups.counters import IoCounters
 from iolab.cgroups.device import resolve
+from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.registry import ALIASES, BACKENDS
 from iolab.cgroups.session import CgroupSession
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import paths
 from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
-from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger
 from iolab.core.units import format_size, parse_size
 from iolab.targets import blockinfo

@@ -23,10 +23,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import paths
 from iolab.core.errors import RefusedError, TrialFailed
-from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger, Resource
+from iolab.fio import engine as fio_engine
 from iolab.fleet import checks, guard
 from iolab.fleet import skew as skews
 from iolab.fleet.accounts import CLIENT_USER
@@ -36,7 +37,6 @@ from iolab.fleet.hosts import FleetHost, unique
 from iolab.fleet.metrics import host_metric
 from iolab.targets.base import FleetRun, Placement, Target, TargetOffer, TargetParams
 from iolab.targets.offer import Storage
-from iolab.workloads import fio_engine
 
 MAX_HOSTS = 256
 

@@ -46,16 +46,16 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import owner, paths
 from iolab.core.cleaners import attached_loops, detach_loop, is_mounted, loop_backing_file
 from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing, RefusedError
-from iolab.core.exec import HostExecutor
 from iolab.core.inputs import path_problem
 from iolab.core.resources import ORDER_MOUNTS, Ledger, Resource, ResourceKind, SweepScope, register_kind
 from iolab.core.units import format_size
 from iolab.targets import blockinfo
-from iolab.targets.base import MachineCheck, Placement, Target, TargetOffer, TargetParams
+from iolab.targets.base import MachineCheck, Placement, Target, TargetOffer, TargetParams, close_host
 from iolab.targets.offer import HOST_CAPABILITIES
 
 KIND = "fsimage"  # the target kind and its ledger entries' kind
@@ -335,11 +335,7 @@ class FsImageTarget(Target):
         self.checked = _identity(self.params.image)
 
     def setup(self) -> Placement:
-        try:
-            return self._setup()
-        except BaseException:
-            self.teardown()
-            raise
+        return self.undone_on_failure(self._setup)
 
     def _setup(self) -> Placement:
         p = self.params
@@ -372,12 +368,8 @@ class FsImageTarget(Target):
         return Placement(executor=self.executor, directory=str(mnt / tag), host_device=name, manifest=manifest)
 
     def teardown(self) -> None:
-        if self.executor:
-            self.executor.close()
-            self.executor = None
-        if self.made:
-            self.ledger.release(self.made)
-            self.made = None
+        close_host(self.executor, self.ledger, self.made)
+        self.executor = self.made = None
         if self.fd is not None:
             os.close(self.fd)  # the lock goes with it
             self.fd = None

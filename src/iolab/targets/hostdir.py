@@ -19,13 +19,13 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 import iolab.core.cleaners  # noqa: F401
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import diskguard, owner, paths, sizing
 from iolab.core.confine import Confinement, preexisting
-from iolab.core.exec import HostExecutor
 from iolab.core.inputs import path_problem, system_directory_problem
 from iolab.core.resources import Ledger, Resource
 from iolab.targets import blockinfo
-from iolab.targets.base import Placement, Target, TargetOffer, TargetParams
+from iolab.targets.base import Placement, Target, TargetOffer, TargetParams, close_host
 from iolab.targets.offer import HOST_CAPABILITIES
 
 
@@ -105,12 +105,8 @@ class HostDirTarget(Target):
         return Placement(executor=self.executor, directory=directory, host_device=dev, manifest=manifest)
 
     def teardown(self) -> None:
-        if self.executor:
-            self.executor.close()
-            self.executor = None
-        if self.made:
-            self.ledger.release(self.made)
-            self.made = None
+        close_host(self.executor, self.ledger, self.made)
+        self.executor = self.made = None
 
 
 def _entries(directory: str) -> str:

@@ -24,10 +24,10 @@ from iolab.cgroups import (
 )
 from iolab.cgroups import scheduler as sched
 from iolab.cgroups.device import resolve
+from iolab.cgroups.executor import HostExecutor
 from iolab.core import owner, paths, sizing
 from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
-from iolab.core.exec import HostExecutor
 from iolab.core.resources import Ledger, Resource
 from iolab.core.units import format_size, parse_size
 from iolab.targets import blockinfo

@@ -242,11 +242,7 @@ class QemuGuestTarget(Target):
                 raise CapabilityMissing(problem)
 
     def setup(self) -> Placement:
-        try:
-            return self._setup()
-        except BaseException:
-            self.teardown()
-            raise
+        return self.undone_on_failure(self._setup)
 
     def _setup(self) -> Placement:
         p = self.params

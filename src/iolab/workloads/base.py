@@ -24,7 +24,7 @@ class WorkloadParams(BaseModel):
     kind: str
     # Costly probes (a syscall tracer on QEMU) slow what they watch: a workload that measures
     # speed beside one that counts can run without them. Left out of the configuration when
-    # unset (studies/spec.py), so configuration ids stay what they were.
+    # unset (spec/study.py), so configuration ids stay what they were.
     probes: tuple[str, ...] | None = Field(None, description="the extra probes of this workload's trials, instead "
                                                               "of study.probes ([] = none: speed without a tracer)")
 

@@ -18,9 +18,10 @@ from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import format_size, parse_duration, parse_size
+from iolab.fio import engine as fio_engine
 from iolab.fleet.metrics import FLEET_METRICS
 from iolab.targets.base import ANY_STORAGE, FioFleet, Needs, Placement, TargetOffer
-from iolab.workloads import fio_bounds, fio_engine
+from iolab.workloads import fio_bounds
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 READS = {"read", "randread"}

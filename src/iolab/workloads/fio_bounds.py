@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 
 from iolab.core.units import MAX_DURATION, format_size
-from iolab.workloads.fio_sandbox import JobFile, JobFileRefused, Option
+from iolab.fio.sandbox import JobFile, JobFileRefused, Option
 
 MAX_PROCESSES = 512
 MAX_FILES = 1_000_000  # fio's own filecreate example makes 500 000

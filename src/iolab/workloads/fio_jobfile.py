@@ -1,4 +1,4 @@
-"""An imported fio job file, run inside the job-file sandbox (workloads/fio_sandbox.py).
+"""An imported fio job file, run inside the job-file sandbox (fio/sandbox.py).
 
 The file is read as fio reads it and every option checked against the allowlist when the
 spec is validated (so `--dry-run` refuses what a run would). At run time it is checked
@@ -19,9 +19,11 @@ from iolab.cgroups.trial import mem_available
 from iolab.core import paths, sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.metrics import Metric, MetricSet
-from iolab.core.units import parse_duration, parse_size
+from iolab.core.units import parse_size, positive_duration
+from iolab.fio import engine as fio_engine
+from iolab.fio import sandbox as fio_sandbox
 from iolab.targets.base import Needs, Placement, TargetOffer
-from iolab.workloads import fio_bounds, fio_engine, fio_sandbox
+from iolab.workloads import fio_bounds
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.fio import cpu_flags
 
@@ -104,12 +106,7 @@ class FioJobFileParams(WorkloadParams):
     @field_validator("max_runtime", mode="before")
     @classmethod
     def _dur(cls, v: Any) -> Any:
-        if v is None:
-            return None
-        seconds = parse_duration(v)
-        if seconds <= 0:
-            raise ValueError(f"max_runtime must be longer than 0 s, got {v!r}")
-        return seconds
+        return positive_duration(v, "max_runtime")
 
     @field_validator("max_size", mode="before")
     @classmethod

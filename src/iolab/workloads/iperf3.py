@@ -26,9 +26,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from iolab.cgroups.executor import HostExecutor
 from iolab.core.confine import Confinement
 from iolab.core.errors import TrialFailed
-from iolab.core.exec import ExecRequest, ExecResult, Executor, HostExecutor, Running
+from iolab.core.exec import ExecRequest, ExecResult, Executor, Running
 from iolab.core.metrics import Metric
 from iolab.core.net import free_port
 from iolab.core.units import parse_duration

@@ -17,7 +17,7 @@ from pydantic import Field, field_validator
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
-from iolab.native import helper_for
+from iolab.native import helper_for, helper_stdout
 from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 from iolab.workloads.sysbench_cpu import contention_flags
@@ -112,12 +112,9 @@ class PrimesWorkload(Workload):
 
 def parse(res: ExecResult, timeout_s: float, limits: list[int]) -> dict[str, Any]:
     """The helper's JSON with every count checked; TrialFailed with the reason otherwise."""
-    if res.timed_out:
-        raise TrialFailed(f"{HELPER} timed out after {timeout_s:g}s")
-    if res.returncode != 0:
-        raise TrialFailed(f"{HELPER} failed (exit {res.returncode}): {res.tail()}")
+    text = helper_stdout(res, HELPER, timeout_s)
     try:
-        raw = json.loads(res.stdout)
+        raw = json.loads(text)
         results = raw["results"]
         got = [int(r["limit"]) for r in results]
         for r in results:

@@ -47,8 +47,8 @@ from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import format_size, parse_size
+from iolab.fio import engine as fio_engine
 from iolab.targets.base import ANY_STORAGE, Needs, Placement
-from iolab.workloads import fio_engine
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
 # Relative: the executor's private work dir (a host target's own dir, or the guest's

@@ -25,8 +25,8 @@ from iolab.core import sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric, MetricSet
-from iolab.core.units import format_size, parse_duration, parse_size
-from iolab.native import helper_for
+from iolab.core.units import format_size, parse_size, positive_duration
+from iolab.native import helper_for, helper_stdout
 from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
 
@@ -83,12 +83,7 @@ class VarmailParams(WorkloadParams):
     @field_validator("duration", mode="before")
     @classmethod
     def _duration(cls, v: Any) -> Any:
-        if v is None:
-            return None
-        seconds = parse_duration(v)
-        if seconds <= 0:
-            raise ValueError(f"duration must be longer than 0 s, got {v!r}")
-        return seconds
+        return positive_duration(v, "duration")
 
     @model_validator(mode="before")
     @classmethod
@@ -202,12 +197,9 @@ class VarmailWorkload(Workload):
 
 def parse(res: ExecResult, timeout_s: float) -> dict[str, Any]:
     """The helper's JSON, checked for what the metrics need; TrialFailed with the reason otherwise."""
-    if res.timed_out:
-        raise TrialFailed(f"{HELPER} timed out after {timeout_s:g}s")
-    if res.returncode != 0:
-        raise TrialFailed(f"{HELPER} failed (exit {res.returncode}): {res.tail()}")
+    text = helper_stdout(res, HELPER, timeout_s)
     try:
-        raw = json.loads(res.stdout)
+        raw = json.loads(text)
         for op in (*OPS, "all"):
             section = raw["all"] if op == "all" else raw["ops"][op]
             for key in ("count", "mean_us", "p95_us", "p99_us"):

@@ -22,6 +22,7 @@ from iolab.core.exec import ExecRequest, ExecResult
 from iolab.core.metrics import Metric
 from iolab.core.units import format_size, parse_size
 from iolab.native import helper_for as native_helper_for
+from iolab.native import helper_stdout
 from iolab.targets.base import Needs, Placement
 from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult, remove_own_file
 
@@ -131,12 +132,9 @@ def helper_for(placement: Placement) -> str:
 
 def _parse(res: ExecResult, timeout_s: float) -> dict[str, Any]:
     """The helper's JSON, or TrialFailed with its stderr tail."""
-    if res.timed_out:
-        raise TrialFailed(f"{HELPER} timed out after {timeout_s:g}s")
-    if res.returncode != 0:
-        raise TrialFailed(f"{HELPER} failed (exit {res.returncode}): {res.tail()}")
+    text = helper_stdout(res, HELPER, timeout_s)
     try:
-        raw = json.loads(res.stdout)
+        raw = json.loads(text)
         if not isinstance(raw, dict) or "bytes_per_s" not in raw:
             raise ValueError("not a result object")
     except ValueError as e:

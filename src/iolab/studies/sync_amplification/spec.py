@@ -117,6 +117,6 @@ def cost_workloads(quick: bool, target_names: list[str]) -> list[dict[str, Any]]
             w.update(fieldcount=1, fieldlength="64k", recordcount=YCSB_RECORDS, operationcount=YCSB_RECORDS,
                      heap="256M")
         else:
-            w.update(duration="8s" if quick else "60s", nfiles=200 if quick else 1000)
+            w.update(duration="4s" if quick else "60s", nfiles=200 if quick else 1000)
         out.append(w)
     return out

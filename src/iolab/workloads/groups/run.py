@@ -24,8 +24,8 @@ from iolab.cgroups.base import Group
 from iolab.cgroups.sampler import Sampler, Series
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest, ExecResult, Running
+from iolab.fio import engine as fio_engine
 from iolab.targets.base import Placement
-from iolab.workloads import fio_engine
 from iolab.workloads.base import WorkloadResult
 from iolab.workloads.groups.cpu import CountingReader, cpu_between
 from iolab.workloads.groups.flags import tag_flags, tag_limits, trial_flags

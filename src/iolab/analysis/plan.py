@@ -1,0 +1,130 @@
+"""Ordering trials and deciding when a configuration has enough of them.
+
+Interleaving (A B B A ...) keeps slow drift of the machine from looking like a difference
+between configurations. Groups share one target setup (one loop device, one guest boot),
+because setting a target up per trial would cost more than the trial.
+
+Stopping (StopRule): at least `repetitions` successful trials; then another while the
+interval the report will print for the main metric (analysis/sequential.py, calibrated so
+that it keeps 95 % at the stop this rule makes) is wider than `ci_target` of its estimate,
+or while a run-order check trips on it (analysis/checks.py: a trend, dependence between
+consecutive repetitions, two modes: more repetitions are the only remedy, so the
+configuration goes on to its cap), up to `max_repetitions` successful trials. Failed
+attempts do not use up repetitions; a configuration is abandoned after
+MAX_FAILURES_WITHOUT_SUCCESS failures with no success, or once its failures reach
+`max_repetitions`. Every other metric of the configuration is reported at the stop this
+metric decided, with its own checks said beside it (docs/statistics.md shows what that
+costs them in coverage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from iolab.analysis import calibration, checks
+from iolab.analysis.sequential import LookDesign, interval_batch, relative_half_width
+from iolab.core.metrics import NONNEG, Domain, Metric
+from iolab.core.model import Config
+from iolab.spec.study import StudySettings, StudySpec
+
+MAX_FAILURES_WITHOUT_SUCCESS = 2
+
+
+@dataclass
+class TargetGroup:
+    target: dict
+    configs: list[Config]
+
+
+def target_groups(spec: StudySpec) -> list[TargetGroup]:
+    groups: dict[str, TargetGroup] = {}
+    for c in spec.configs:
+        key = repr(sorted(c.target.items()))
+        groups.setdefault(key, TargetGroup(c.target, [])).configs.append(c)
+    return list(groups.values())
+
+
+def round_order(configs: list[Config], round_no: int, interleaved: bool) -> list[Config]:
+    """Forward on even rounds, backward on odd ones (A B | B A); sequential keeps spec order."""
+    if not interleaved:
+        return list(configs)
+    return list(configs) if round_no % 2 == 0 else list(reversed(configs))
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a configuration has enough repetitions (see the module docstring)."""
+
+    min_reps: int
+    max_reps: int
+    ci_target: float
+    domain: Domain = NONNEG  # of the main metric (its declaration): the interval's scale and range
+
+    @classmethod
+    def of(cls, settings: StudySettings, metric: Metric | None = None) -> StopRule:
+        return cls(settings.repetitions, settings.max_repetitions, settings.ci_target,
+                   metric.range if metric is not None else NONNEG)
+
+    @property
+    def design(self) -> LookDesign:
+        return LookDesign.for_study(self.min_reps, self.max_reps)
+
+    def narrow_enough(self, values: Any) -> Any:
+        """Whether the reported interval's half-width is within ci_target of the estimate.
+        values: (..., n) finite numbers (a batch of configurations, or one); bool per row."""
+        x = np.asarray(values, dtype=float)
+        if x.shape[-1] < 2:
+            return np.zeros(x.shape[:-1], dtype=bool) if x.ndim > 1 else False
+        rel = relative_half_width(*interval_batch(x, self.design, self.domain))
+        return rel <= self.ci_target
+
+    def tripped(self, values: Any) -> Any:
+        """Whether a run-order check trips on the values (in run order): bool per row."""
+        x = np.asarray(values, dtype=float)
+        trips = checks.tripped(x, calibration.check_thresholds(x.shape[-1]))
+        return trips["trend"] | trips["dependence"] | trips["two_modes"]
+
+    def abandoned(self, n_ok: int, failures: int) -> bool:
+        """Too many failures: two with no success yet, or as many as max_repetitions."""
+        return (failures >= MAX_FAILURES_WITHOUT_SUCCESS and n_ok == 0) or failures >= self.max_reps
+
+    def wants_more(self, ok_values: Sequence[float] | np.ndarray, failures: int = 0) -> Any:
+        """Another repetition? What the runner calls after every trial. ok_values: the main
+        metric of the successful trials so far (a batch (..., n) gives one answer per row;
+        non-finite values, a trial without the metric, count as a repetition but not as data)."""
+        x = np.asarray(ok_values, dtype=float)
+        n = x.shape[-1]
+        if self.abandoned(n, failures):
+            return np.zeros(x.shape[:-1], dtype=bool) if x.ndim > 1 else False
+        if n < self.min_reps:
+            return np.ones(x.shape[:-1], dtype=bool) if x.ndim > 1 else True
+        if n >= self.max_reps:
+            return np.zeros(x.shape[:-1], dtype=bool) if x.ndim > 1 else False
+        if x.ndim == 1:
+            data = x[np.isfinite(x)]
+            return bool(len(data) < 2 or not self.narrow_enough(data) or self.tripped(data))
+        return ~self.narrow_enough(x) | self.tripped(x)
+
+    def stop_reason(self, ok_values: Sequence[float], failures: int) -> str:
+        """Why a configuration has the repetitions it has (for reports): recomputed from its values."""
+        n = len(ok_values)
+        if self.abandoned(n, failures):
+            return f"abandoned after {failures} failed attempt(s)"
+        if n < self.min_reps:
+            return "short of the minimum (interrupted, or failures)"
+        if self.wants_more(ok_values, failures):
+            return "short of the cap (interrupted)"
+        x = np.asarray(ok_values, dtype=float)
+        data = x[np.isfinite(x)]
+        if n >= self.max_reps and len(data) >= 2:
+            trips = checks.names(checks.tripped(data, calibration.check_thresholds(len(data))))
+            wide = not self.narrow_enough(data)
+            if trips or wide:
+                why = ([f"interval still wider than ±{self.ci_target:.0%}"] if wide else []) + \
+                      [f"check tripped: {t}" for t in trips]
+                return f"cap of {self.max_reps} reached, " + "; ".join(why)
+        return f"interval within ±{self.ci_target:.0%}"

@@ -1,0 +1,88 @@
+"""Probe fs_journal on a real ext4 scratch loop device: O_SYNC appends commit the journal once
+per write, O_SYNC overwrites of a laid-out file almost never (the count the write-modes
+cross-check uses as evidence)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iolab.cgroups.executor import HostExecutor
+from iolab.core.resources import Ledger
+from iolab.probes import registry as probe_registry
+from iolab.probes.fs_journal import FsJournal, journal_of, parse_info
+from iolab.targets.base import Placement
+from iolab.targets.loop import ScratchLoop, create_scratch_loop, release_scratch_loop
+
+
+def test_parse_info_reads_the_first_line() -> None:
+    text = "1582 transactions (1580 requested), each up to 2730 blocks\nper-transaction ...\n"
+    assert parse_info(text) == (1582, 1580)
+    with pytest.raises(ValueError):
+        parse_info("not jbd2")
+
+
+@pytest.fixture()
+def ext4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScratchLoop]:
+    monkeypatch.setenv("IOLAB_SCRATCH", str(tmp_path / "scratch"))
+    ledger = Ledger(tmp_path / "ledger")
+    loop = create_scratch_loop(ledger, 64 << 20, filesystem="ext4", prefill=False, label="test-journal")
+    try:
+        yield loop
+    finally:
+        release_scratch_loop(ledger, loop)
+
+
+CLOCK_REALTIME_COARSE = 5  # Linux's clock id (<linux/time.h>); Python's time module does not name it
+
+
+def _sync_writes(path: Path, n: int, bs: int = 4096) -> tuple[int, float]:
+    """n O_SYNC writes; (distinct values of the coarse clock seen at the writes, seconds taken).
+
+    The coarse clock (CLOCK_REALTIME_COARSE) is the one ext4 stamps mtime from: an overwrite
+    changes the inode, and so commits the journal, only when it has ticked since the last one,
+    which on a slow or busy machine can be every write."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_SYNC, 0o600)
+    ticks: set[float] = set()
+    t0 = time.monotonic()
+    try:
+        for i in range(n):
+            ticks.add(time.clock_gettime(CLOCK_REALTIME_COARSE))
+            os.pwrite(fd, b"x" * bs, i * bs)
+    finally:
+        os.close(fd)
+    return len(ticks), time.monotonic() - t0
+
+
+def test_appends_commit_once_per_write_overwrites_do_not(ext4: ScratchLoop) -> None:
+    assert ext4.mountpoint is not None
+    assert journal_of(str(ext4.mountpoint)) is not None, "ext4 on the scratch loop device has a journal"
+    ex = HostExecutor()
+    try:
+        placement = Placement(executor=ex, directory=str(ext4.mountpoint))
+        assert FsJournal.applies_to(placement)
+        f = ext4.mountpoint / "data"
+        probe = FsJournal()
+        probe.start(placement)
+        _sync_writes(f, 200)                     # appends: the size changes with every write
+        appended = probe.stop()
+        probe = FsJournal()
+        probe.start(placement)
+        ticks, seconds = _sync_writes(f, 200)    # the same offsets again: no size change
+        overwritten = probe.stop()
+    finally:
+        ex.close()
+    assert 195 <= appended["commits"] <= 205, appended
+    # only when the coarse mtime ticks (+ jbd2's own commit every 5 s, + the one already open):
+    # on an idle machine a few ticks for 200 writes; never more than one per tick, busy or not
+    assert overwritten["commits"] <= ticks + seconds / 5 + 2, (overwritten, ticks, seconds)
+    if ticks < 100:
+        assert overwritten["commits"] < 100, (overwritten, ticks)
+    assert appended["journal"].startswith(os.path.basename(ext4.device))
+    declared = probe_registry.metric_set("fs_journal")
+    attrs = set(probe_registry.attributes("fs_journal"))
+    assert [k for k in appended if k not in attrs and k not in declared] == [], appended
