@@ -17,7 +17,6 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,7 +47,9 @@ RESTORED = restore_stop_signals()
 # --- the suite in parallel (tests/machine.py) and the leak check (tests/leaks.py) -------------------
 
 REPRODUCE_GROUP = "reproduce"  # every test of the `reproduced` session fixture: one worker, one reproduce run
+WHOLE_MACHINE_GROUP = "whole_machine"  # every whole_machine test: one worker queues them (tests/machine.py)
 _leftovers: dict[str, dict[str, list[str]]] = {}  # owner token -> what it left, reported at the session's end
+_alive: dict[str, list[str]] = {}  # owner token -> its processes still alive at the end (a warning)
 _per_test: dict[str, list[str]] = {}  # test id -> what it left (cgroups, netns) that was not there before it
 
 
@@ -71,36 +72,38 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put every test of the `reproduced` fixture in one xdist group: a session fixture runs once per
-    worker, and a second `iolab reproduce --quick` would cost a quarter of an hour. Runs before
+    worker, and a second `iolab reproduce --quick` would cost a quarter of an hour. Put every
+    whole_machine test in another: they run one at a time anyway, and queued on one worker only
+    that worker waits while the reproduce run excludes them (tests/machine.py). Runs before
     xdist's own hook, which reads the group marks."""
+    both = []
     for item in items:
-        if "reproduced" in getattr(item, "fixturenames", ()):
+        reproduce = "reproduced" in getattr(item, "fixturenames", ())
+        whole = item.get_closest_marker("whole_machine") is not None
+        if reproduce and whole:
+            both.append(item.nodeid)
+        elif reproduce:
             item.add_marker(pytest.mark.xdist_group(REPRODUCE_GROUP))
-
-
-def _lock() -> machine.MachineLock:
-    global _machine_lock
-    if _machine_lock is None:
-        _machine_lock = machine.MachineLock(Path(os.environ[machine.ENV_LOCK_DIR]))
-    return _machine_lock
-
-
-_machine_lock: machine.MachineLock | None = None
+        elif whole:
+            item.add_marker(pytest.mark.xdist_group(WHOLE_MACHINE_GROUP))
+    if both:  # it would wait for the very run it reads (the reproduce lock, tests/machine.py)
+        raise pytest.UsageError("a test of the reproduce run cannot be whole_machine: " + ", ".join(both))
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Each test's set-up, call and teardown under the machine lock: alone for a whole_machine test,
-    shared for any other; none for the reproduce group (why: tests/machine.py). Then what the
+    shared for any other; none here for the reproduce group, whose fixture holds the reproduce lock
+    for the run itself (tests/machine.py). Then what the
     test left of this process's own tagged cgroups and network namespaces, by test id."""
     token = owner.me().token
     before = leaks.counted_now(token)
     if item.get_closest_marker("whole_machine") is not None:
-        hold: contextlib.AbstractContextManager[object] = _lock().exclusive()
+        hold: contextlib.AbstractContextManager[object] = machine.session_lock().exclusive()
     elif "reproduced" in getattr(item, "fixturenames", ()):
         hold = contextlib.nullcontext()
     else:
-        hold = _lock().shared()
+        hold = machine.session_lock().shared()
     with hold:
         yield
     new = sorted(leaks.counted_now(token) - before)
@@ -116,13 +119,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     token = owner.me().token
     mine = leaks.left_by(token)
     alive = leaks.processes(token)
-    if alive:
-        print(f"\nwarning: processes of owner {token} still alive at the session's end: {alive}")
     if hasattr(config, "workerinput"):
-        config.workeroutput["iolab_leftovers"] = json.dumps({"token": token, "left": mine, "by_test": _per_test})
+        config.workeroutput["iolab_leftovers"] = json.dumps({"token": token, "left": mine, "by_test": _per_test,
+                                                            "alive": alive})
         return
     if mine:
         _leftovers[token] = mine
+    if alive:
+        _alive[token] = alive
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if _alive:  # a warning: a process still exiting under load must not fail a green run (tests/leaks.py)
+        lines = [f"  {tok}: {row}" for tok, rows in sorted(_alive.items()) for row in rows]
+        if reporter is not None:
+            reporter.write_sep("=", "warning: still alive at the session's end", yellow=True)
+            for ln in lines:
+                reporter.write_line(ln)
+        else:
+            print("\n".join(lines))
     if config.stash.get(_LOCK_DIR_MADE, False):
         shutil.rmtree(os.environ.pop(machine.ENV_LOCK_DIR), ignore_errors=True)
     if _leftovers:
@@ -130,7 +143,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for tok, kinds in sorted(_leftovers.items()):
             lines += [f"  {tok} {kind}: {', '.join(names)}" for kind, names in kinds.items()]
         lines += [f"  after {test}: {', '.join(names)}" for test, names in sorted(_per_test.items())]
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_sep("=", "LEFT BEHIND", red=True, bold=True)
             for ln in lines:
@@ -149,4 +161,6 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     report = json.loads(raw)
     if report["left"]:
         _leftovers[report["token"]] = report["left"]
+    if report.get("alive"):
+        _alive[report["token"]] = report["alive"]
     _per_test.update(report["by_test"])

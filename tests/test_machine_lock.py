@@ -4,8 +4,11 @@ workers, in real separate processes, and the worker count from a cgroup's CPU qu
 Wrong programs these catch: a lock that lets a whole-machine test start beside a running test,
 or two whole-machine tests together; one where a stream of ordinary tests starves a waiting
 whole-machine test (plain flock: a shared lock is granted while an exclusive one waits); a
-quota parser that ignores v1's cfs files, takes "max" or -1 for a number, or reads the root
-instead of the process's own group.
+reproduce run that a whole-machine test runs beside (the first design's: STREAM against sysbench
+measured beside TCG guests), or one where a whole-machine test waiting for the reproduce run holds
+the gate and so stops every ordinary test for a quarter of an hour; a quota parser that ignores
+v1's cfs files, takes "max" or -1 for a number, or reads the root instead of the process's own
+group.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ CTX = mp.get_context("spawn")  # a fresh interpreter: no lock file descriptor in
 
 def _hold(directory: str, mode: str, seconds: float, log: str, name: str) -> None:
     lock = machine.MachineLock(Path(directory))
-    with lock.exclusive() if mode == "ex" else lock.shared():
+    hold = {"ex": lock.exclusive, "sh": lock.shared, "rep": lock.reproduce_run}[mode]
+    with hold():
         with open(log, "a") as f:
             f.write(f"{time.monotonic():.4f} start {name}\n")
         time.sleep(seconds)
@@ -100,6 +104,36 @@ def test_two_writers_never_together(tmp_path: Path) -> None:
     for i in range(3):
         for j in range(i + 1, 3):
             assert not _overlap(iv[f"w{i}"], iv[f"w{j}"]), iv
+
+
+def test_a_writer_waits_for_the_reproduce_run_while_readers_go_on(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    rep = _start(tmp_path, "rep", 2.5, "rep")
+    _wait_for(log, "start rep")
+    w = _start(tmp_path, "ex", 0.3, "w")
+    time.sleep(0.5)  # the writer waits for the reproduce run now
+    r = _start(tmp_path, "sh", 0.3, "r")
+    for p in (rep, w, r):
+        p.join(60)
+        assert p.exitcode == 0
+    iv = _intervals(log)
+    assert iv["w"][0] >= iv["rep"][1], iv  # never beside the reproduce run
+    assert iv["r"][1] <= iv["rep"][1], iv  # an ordinary test came, ran and ended meanwhile: no gate held
+    assert not _overlap(iv["w"], iv["r"]), iv
+
+
+def test_the_reproduce_run_waits_for_a_running_writer(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    w = _start(tmp_path, "ex", 1.5, "w")
+    _wait_for(log, "start w")
+    rep = _start(tmp_path, "rep", 0.3, "rep")
+    r = _start(tmp_path, "sh", 0.3, "r")
+    for p in (w, rep, r):
+        p.join(60)
+        assert p.exitcode == 0
+    iv = _intervals(log)
+    assert iv["rep"][0] >= iv["w"][1], iv
+    assert iv["r"][0] >= iv["w"][1], iv
 
 
 def _cgroup_tree(tmp: Path, proc: str, files: dict[str, str]) -> tuple[Path, Path]:
