@@ -48,6 +48,9 @@ RESTORED = restore_stop_signals()
 
 REPRODUCE_GROUP = "reproduce"  # every test of the `reproduced` session fixture: one worker, one reproduce run
 WHOLE_MACHINE_GROUP = "whole_machine"  # every whole_machine test: one worker queues them (tests/machine.py)
+# every dead_owners test: `iolab clean` takes what any dead owner left, so a clean in one test took (and
+# failed on: fio in D state) what another worker's test had just made by killing its iolab
+DEAD_OWNERS_GROUP = "dead_owners"
 _leftovers: dict[str, dict[str, list[str]]] = {}  # owner token -> what it left, reported at the session's end
 _alive: dict[str, list[str]] = {}  # owner token -> its processes still alive at the end (a warning)
 _per_test: dict[str, list[str]] = {}  # test id -> what it left (cgroups, netns) that was not there before it
@@ -84,8 +87,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             both.append(item.nodeid)
         elif reproduce:
             item.add_marker(pytest.mark.xdist_group(REPRODUCE_GROUP))
-        elif whole:
+        elif whole:  # alone anyway, dead_owners or not
             item.add_marker(pytest.mark.xdist_group(WHOLE_MACHINE_GROUP))
+        elif item.get_closest_marker("dead_owners") is not None:
+            item.add_marker(pytest.mark.xdist_group(DEAD_OWNERS_GROUP))
     if both:  # it would wait for the very run it reads (the reproduce lock, tests/machine.py)
         raise pytest.UsageError("a test of the reproduce run cannot be whole_machine: " + ", ".join(both))
 
