@@ -19,6 +19,7 @@ APT_PACKAGES=(
   kmod cpio           # assembling the guest initramfs
   e2fsprogs util-linux   # mkfs.ext4, losetup, blkid on scratch devices
   gcc libc6-dev       # iolab's native helpers (write-mode program, guest agent)
+  make libaio-dev zlib1g-dev   # the built-in guest's static fio (native/guest_fio.py): libaio.a keeps its libaio engine, libz.a its client/server compression
   stress-ng           # a real CPU hog for the doctor test that must see one (and .ci/stressed-run's load)
   strace              # counting QEMU's host syscalls (sync-amplification); the varmail tests read the helper's calls
   sysbench iperf3     # CPU and network workloads (vm-profile)
@@ -69,6 +70,8 @@ install_python() {
   .venv/bin/python -m iolab.native.ycsb_build
   echo "== cutting the guest's Java runtime for ycsb in a guest (cached)"
   .venv/bin/python -m iolab.native.ycsb_guest
+  echo "== building the built-in guest's static fio, the host's fio version from Debian's source (cached)"
+  .venv/bin/python -m iolab.native.guest_fio
 }
 
 install_accounts() {

@@ -7,7 +7,7 @@ MIN_REPS, more while the interval is too wide to decide, up to a maximum), then:
 * passes when the whole 95 % CI lies inside the expected band;
 * passes with a warning when, at the maximum number of repetitions, the CI still straddles an
   edge of the band with its mean inside it: too noisy to decide (the verdict `iolab compare`
-  gives as "too noisy"), never evidence against the claim; a broken measurement lands wholly
+  gives as "undecided"), never evidence against the claim; a broken measurement lands wholly
   outside the band and still fails;
 * fails when the CI lies wholly outside the band (or has its mean outside it) and no
   confounder was flagged;

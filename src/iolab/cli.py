@@ -321,19 +321,28 @@ def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
 def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | None, budget: float | None,
               db: str | None) -> None:
     """Run the five reference studies (R1-R5) and write one page: every published claim, this
-    machine's value with its CI, holds / differs / not testable here, and why."""
+    machine's value with its CI, holds / differs / undecided /
+    not testable here, and why."""
     from iolab.analysis.budget import fmt_seconds
     from iolab.publish.document import write_html
     from iolab.reproduce.session import Reproduction, minimum_seconds, plan_lines
 
     if output is not None:
         check_writable(output, "-o")
+    by_budget = False
     if budget is not None and not resume and (minimum := minimum_seconds(quick, err)) > budget:
         # not refused, unlike a single run's: the studies it reaches are still answered
-        err.print(f"[yellow]--budget {fmt_seconds(budget)} cannot afford every study's minimum repetitions "
-                  f"(estimated {fmt_seconds(minimum)}, guest boots not counted): the studies get their minimum "
-                  "in turn while the budget lasts, and the page says which claims it left open"
-                  + ("" if quick else "; --quick needs less") + "[/yellow]")
+        if not quick:  # the quick matrices answer most claims in a fraction of the time: a budget is a quick run
+            full, quick, by_budget = minimum, True, True
+            minimum = minimum_seconds(True, err)
+            err.print(f"[yellow]--budget {fmt_seconds(budget)} cannot afford the full studies' minimum "
+                      f"(estimated {fmt_seconds(full)}): every study runs its quick matrix (as --quick, minimum "
+                      f"estimated {fmt_seconds(minimum)}, guest boots not counted)[/yellow]")
+        if minimum > budget:
+            err.print(f"[yellow]--budget {fmt_seconds(budget)} cannot afford every study's minimum repetitions "
+                      f"(estimated {fmt_seconds(minimum)}, guest boots not counted): the studies run cheapest claim "
+                      "first, each only while its minimum fits, then the rest goes to open claims, cheapest decision "
+                      "first; the page says which claims it decided and which claims it left open[/yellow]")
     if dry_run:
         for line in plan_lines(quick, err, budget):
             click.echo(line)
@@ -343,7 +352,7 @@ def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | Non
         _resolve(store, resume)
     repro = Reproduction(store, err, on_child_done=lambda name, path: err.print(f"{name} report: {path}"),
                          started=STARTED)
-    run_id = repro.resume(resume, budget) if resume else repro.start(quick, budget)
+    run_id = repro.resume(resume, budget) if resume else repro.start(quick, budget, quick_by_budget=by_budget)
     err.print(f"reproduction [bold]{run_id}[/bold]{' (quick)' if repro.quick else ''}, results in "
               f"{escape(store.location)}")
     try:
@@ -707,7 +716,7 @@ def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b:
         (err if as_json else out).print(f"report: {path}")  # stdout is the JSON alone
     blocks = len(study.blocks)
     if as_json:
-        click.echo(json.dumps(ab_report.as_json(rows, design, blocks, run_id), indent=2))
+        click.echo(json.dumps(ab_report.AbVerdict(run_id, blocks, design, rows).as_json(), indent=2))
     else:
         click.echo(ab_report.text(rows, design, blocks))
     if not rows or all(r.verdict == "invalid" for r in rows):

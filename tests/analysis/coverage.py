@@ -18,7 +18,9 @@ What is estimated is the median of the configuration's repetitions (docs/statist
 truth of each cell is its noise's population median (under drift: of the trials that ran).
 
 `python -m tests.analysis.coverage` prints both tables of docs/statistics.md (10 000 studies
-per cell; about ten minutes on a loaded two-core machine). tests/analysis/test_adaptive_coverage.py
+per cell; about ten minutes on a loaded two-core machine); `--dependence` the runs of 8
+configurations; `--runner-design`, `--runner-held-out-4` and `--runner-held-out-5` the runner's
+dependence rule (about 15 minutes each). tests/analysis/test_adaptive_coverage.py
 runs a smaller version and recomputes a few published cells exactly.
 """
 
@@ -32,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import optimize, stats
 
-from iolab.analysis import calibration, checks
+from iolab.analysis import calibration, checks, dependence
 from iolab.analysis.plan import StopRule
 from iolab.analysis.sequential import interval_batch
 from iolab.core.metrics import NONNEG
@@ -45,6 +47,24 @@ HELD_OUT = ("lognormal σ=1", "lognormal σ=1.5", "lognormal-left σ=1.5", "ar1 
 # Added after the first held-out evaluation had informed one change of the design (docs/statistics.md,
 # "How the held-out sets were used"), and evaluated once: shapes nobody had looked at.
 HELD_OUT_2 = ("exponential", "t2", "mixture 5% ×2", "two modes 50% +10%", "ar1 ρ=0.3")
+# Dependence between consecutive repetitions, pooled over a run's configurations (analysis/dependence.py):
+# Z_WIDEN and RHO_MARGIN were chosen on DEPENDENCE_DESIGN only; HELD_OUT_3 was written down before it was
+# evaluated, once (docs/statistics.md). MA(1) θ=0.5 has a lag-1 correlation of 0.4.
+DEPENDENCE_DESIGN = ("normal", "ar1 ρ=0.4", "ar1 ρ=0.7", "ma1 θ=0.5")
+HELD_OUT_3 = ("ar1 ρ=0.3", "ar1 ρ=0.5", "ar1 ρ=0.8", "ma1 θ=0.9", "ar1 ρ=0.5 lognormal", "sine drift 5%",
+              "lognormal σ=1", "mixture 10% +30%")
+# The runner's own dependence rule (runs that suspect dependence repeat every configuration to the cap,
+# analysis/plan.py run_dependence; Z_TRIP chosen on DEPENDENCE_DESIGN only): HELD_OUT_3 had been read, so
+# this fourth set was written and committed before the rule was evaluated on it, and evaluated once.
+HELD_OUT_4 = ("ar1 ρ=0.6", "ma1 θ=0.7", "ar1 ρ=0.25", "exponential")
+# The fourth set showed the widening, not the stopping, failing; a retune of Z_WIDEN and RHO_MARGIN (on
+# DEPENDENCE_DESIGN only) is judged on this fifth set, written and committed before that retune was chosen.
+HELD_OUT_5 = ("ar1 ρ=0.35", "ar1 ρ=0.75", "ma1 θ=0.6", "t2")
+DEPENDENCE_RATIOS = (0.5, 1.0, 3**0.5)  # CV 2.5 %, 5 %, 8.7 %: a table of 12 cells runs in ~15 minutes
+RUN_CONFIGS = 8  # configurations per simulated run where dependence is pooled
+ALL_SHAPES = DESIGN_SET + HELD_OUT + HELD_OUT_2 + ("ar1 ρ=0.4", "ar1 ρ=0.7", "ma1 θ=0.5", "ma1 θ=0.9",
+                                                  "ar1 ρ=0.5 lognormal", "sine drift 5%", "ar1 ρ=0.6", "ma1 θ=0.7",
+                                                  "ar1 ρ=0.25", "ar1 ρ=0.35", "ar1 ρ=0.75", "ma1 θ=0.6")
 CV_RATIOS = (0.1, 0.5, 1.0, 3**0.5, 3.0)  # CV of the noise in units of ci_target
 DESIGNS = ((3, 10), (3, 3))
 CLOCK_MS = 20.0
@@ -61,11 +81,13 @@ class Cell:
     secondary: float  # an independent metric of the same shape, read at this metric's stop
     any_look: float  # share of studies whose interval missed at some look (an adversarial stop)
     mean_reps: float
+    configs: int = 1  # configurations per simulated study (run together; dependence pooled over them)
 
     def row(self) -> str:
         lo, hi = self.design
         unfl = "–" if math.isnan(self.unflagged) else f"{self.unflagged:.2%}"
-        return (f"| {self.shape} | {lo}..{hi} | {self.cv_ratio * CI_TARGET:.1%} | {self.coverage:.2%} | {unfl} | "
+        label = self.shape + (f", {self.configs} configurations" if self.configs > 1 else "")
+        return (f"| {label} | {lo}..{hi} | {self.cv_ratio * CI_TARGET:.1%} | {self.coverage:.2%} | {unfl} | "
                 f"{self.flagged:.1%} | {self.secondary:.2%} | {self.any_look:.1%} | {self.mean_reps:.2f} |")
 
 
@@ -84,6 +106,17 @@ def _mixture_median(p: float, factor: float, cv: float) -> float:
     def cdf(t: float) -> float:
         return (1 - p) * stats.norm.cdf((t - 1) / cv) + p * stats.norm.cdf((t / factor - 1) / cv) - 0.5
     return float(optimize.brentq(cdf, 0.2, 3.0))
+
+
+@lru_cache(maxsize=1)
+def _ar1_lognormal_median() -> float:
+    """The stationary median of "ar1 ρ=0.5 lognormal" (standardised units), from 2 000 000 draws."""
+    rng = np.random.default_rng(2024)
+    e, _ = _std_lognormal(rng, (2_000_000, 40), 1.0)
+    x = np.zeros(2_000_000)
+    for i in range(40):
+        x = 0.5 * x + math.sqrt(0.75) * e[:, i]
+    return float(np.median(x))
 
 
 def draw(shape: str, rng: np.random.Generator, n_studies: int, last: int, cv: float
@@ -106,7 +139,25 @@ def draw(shape: str, rng: np.random.Generator, n_studies: int, last: int, cv: fl
     if shape == "two modes 50% +10%":
         v = (1 + cv * rng.standard_normal(size)) * np.where(rng.random(size) < 0.5, 1.1, 1.0)
         return v, flat * _mixture_median(0.5, 1.1, cv), no_clock
+    if shape == "ar1 ρ=0.5 lognormal":  # AR(1) whose innovations are lognormal σ = 1 (skewed shocks), stationary
+        rho, burn = 0.5, 30
+        e, _ = _std_lognormal(rng, (n_studies, last + burn), 1.0)
+        x = np.zeros(n_studies)
+        out = np.empty(size)
+        for i in range(last + burn):
+            x = rho * x + math.sqrt(1 - rho * rho) * e[:, i]
+            if i >= burn:
+                out[:, i - burn] = x
+        return 1 + cv * out, flat * (1 + cv * _ar1_lognormal_median()), no_clock
+    if shape == "sine drift 5%":  # the level swings ±5 % with a period of 16 repetitions, random phase
+        phase = rng.uniform(0, 2 * math.pi, (n_studies, 1))
+        level = 1 + 0.05 * np.sin(2 * math.pi * np.arange(last)[None, :] / 16 + phase)
+        return level + cv * rng.standard_normal(size), np.cumsum(level, axis=1) / np.arange(1, last + 1), no_clock
     kind, _, param = shape.partition(" ")
+    if kind == "ma1":
+        theta = float(param.split("=")[1])
+        e = rng.standard_normal((n_studies, last + 1))
+        return 1 + cv * (e[:, 1:] + theta * e[:, :-1]) / math.sqrt(1 + theta * theta), flat, no_clock
     if kind in ("lognormal", "lognormal-left"):
         x, m = _std_lognormal(rng, size, float(param.split("=")[1]))
         sign = 1 if kind == "lognormal" else -1
@@ -137,26 +188,35 @@ def draw(shape: str, rng: np.random.Generator, n_studies: int, last: int, cv: fl
     raise ValueError(shape)
 
 
-def simulate(shape: str, design: tuple[int, int], cv_ratio: float, seed: int = 1, studies: int = STUDIES) -> Cell:
+def simulate(shape: str, design: tuple[int, int], cv_ratio: float, seed: int = 1, studies: int = STUDIES,
+             configs: int = 1) -> Cell:
+    """One cell: `studies` simulated studies of `configs` configurations each (the same noise shape,
+    independent draws), every configuration stopped by the runner's rule on its own; coverage and
+    repetitions are over every configuration. With more than one configuration the run's lag-1
+    dependence is pooled over them (analysis/dependence.py) and widens the intervals it finds it in."""
     first, last = design
     rule = StopRule(first, last, CI_TARGET, NONNEG)
-    rng = np.random.default_rng([seed, (DESIGN_SET + HELD_OUT + HELD_OUT_2).index(shape), first, last,
-                                 int(cv_ratio * 1000)])
+    key = [seed, ALL_SHAPES.index(shape), first, last, int(cv_ratio * 1000)] + ([configs] if configs > 1 else [])
+    rng = np.random.default_rng(key)
     cv = cv_ratio * CI_TARGET
-    values, truth, rel = draw(shape, rng, studies, last, cv)
-    other, truth2, rel2 = draw(shape, rng, studies, last, cv)
-    covered, covered2 = np.zeros(studies, dtype=bool), np.zeros(studies, dtype=bool)
-    flagged, missed = np.zeros(studies, dtype=bool), np.zeros(studies, dtype=bool)
-    reps = np.zeros(studies, dtype=int)
-    running = np.ones(studies, dtype=bool)
+    rows = studies * configs
+    values, truth, rel = draw(shape, rng, rows, last, cv)
+    other, truth2, rel2 = draw(shape, rng, rows, last, cv)
+    truth, truth2 = (np.broadcast_to(np.atleast_2d(t), values.shape) for t in (truth, truth2))
+    if configs > 1:
+        return _simulate_run(shape, design, cv_ratio, rule, configs, (values, truth, rel), (other, truth2, rel2))
+    covered, covered2 = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
+    flagged, missed = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
+    reps = np.zeros(rows, dtype=int)
+    running = np.ones(rows, dtype=bool)
     for n in range(1, last + 1):
-        more = np.ones(studies, dtype=bool)
+        more = np.ones(rows, dtype=bool)
         idx = np.flatnonzero(running)
         more[idx] = np.asarray(rule.wants_more(values[idx, :n]), dtype=bool)
         if n >= first:
             for v, t, r, cov in ((values, truth, rel, covered), (other, truth2, rel2, covered2)):
                 c, lo, hi = _reported(v[:, :n], rule, r[:, :n])
-                inside = (lo <= t[n - 1]) & (t[n - 1] <= hi)
+                inside = (lo <= t[:, n - 1]) & (t[:, n - 1] <= hi)
                 if v is values:
                     missed |= ~inside
                     stop = running & ~more
@@ -170,7 +230,72 @@ def simulate(shape: str, design: tuple[int, int], cv_ratio: float, seed: int = 1
     assert not running.any(), "the stopping rule must stop every study by max_repetitions"
     unflagged = float(covered[~flagged].mean()) if (~flagged).any() else math.nan
     return Cell(shape, design, cv_ratio, float(covered.mean()), unflagged, float(flagged.mean()),
-                float(covered2.mean()), float(missed.mean()), float(reps.mean()))
+                float(covered2.mean()), float(missed.mean()), float(reps.mean()), configs)
+
+
+Series = tuple[np.ndarray, np.ndarray, np.ndarray]  # values (rows, last), truth per look, relative resolution
+
+
+def _simulate_run(shape: str, design: tuple[int, int], cv_ratio: float, rule: StopRule, configs: int,
+                  main: Series, second: Series) -> Cell:
+    """Runs of `configs` configurations (rows study-major), in rounds as the runner makes them: after
+    every round each configuration asks rule.wants_more with the run's pooled dependence of the main
+    metric over the configurations' values so far (plan.run_dependence, what Runner._run_dependent
+    asks), so a run that trips sends every configuration, stopped ones included, on to its cap. At the
+    end the report's intervals: widened by the run's pooled dependence (RunEstimator), flagged where it
+    is significant or a configuration's own check trips."""
+    values, truth, rel = main
+    rows, last = values.shape
+    first = design[0]
+    y = np.log(np.where(values > 0, values, np.nan))
+    y = np.where(np.isfinite(y), y, values).reshape(-1, configs, last)
+    reps = np.zeros(rows, dtype=int)
+    missed = np.zeros(rows, dtype=bool)
+    more = np.ones(rows, dtype=bool)
+    while more.any():
+        reps[more] += 1
+        for n in np.unique(reps[more]):
+            m = more & (reps == n)
+            if n >= first:
+                _, lo, hi = _reported(values[m, :n], rule, rel[m, :n])
+                missed[m] |= ~((lo <= truth[m, n - 1]) & (truth[m, n - 1] <= hi))
+        _, z, _, _ = dependence.pooled_batch(y, reps.reshape(-1, configs))
+        tripped = np.repeat(z < -dependence.Z_TRIP, configs)
+        for n in np.unique(reps):
+            m = reps == n
+            more[m] = np.asarray(rule.wants_more(values[m, :n], 0, tripped[m]), dtype=bool)
+    flagged = np.zeros(rows, dtype=bool)
+    for n in np.unique(reps):
+        m = reps == n
+        trips = checks.tripped(values[m, :n], calibration.check_thresholds(int(n)))
+        flagged[m] = trips["trend"] | trips["dependence"] | trips["two_modes"]
+    flag, covered = _pooled_cover(values, truth, rel, reps, rule, configs)
+    flagged |= flag
+    _, covered2 = _pooled_cover(*second, reps, rule, configs)
+    unflagged = float(covered[~flagged].mean()) if (~flagged).any() else math.nan
+    return Cell(shape, design, cv_ratio, float(covered.mean()), unflagged, float(flagged.mean()),
+                float(covered2.mean()), float(missed.mean()), float(reps.mean()), configs)
+
+
+def _pooled_cover(v: np.ndarray, t: np.ndarray, r: np.ndarray, reps: np.ndarray, rule: StopRule, configs: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(flagged, covered) per configuration: the reported interval at its stop, stretched by the
+    run's pooled dependence (what RunEstimator does for a stored run)."""
+    rows, last = v.shape
+    y = np.log(np.where(v > 0, v, np.nan))
+    y = np.where(np.isfinite(y), y, v)
+    _, z, _, rho_w = dependence.pooled_batch(y.reshape(-1, configs, last), reps.reshape(-1, configs))
+    rho_w, z = np.repeat(rho_w, configs), np.repeat(z, configs)
+    covered = np.zeros(rows, dtype=bool)
+    for n in np.unique(reps):
+        m = reps == n
+        c, lo, hi = interval_batch(v[m, :n], rule.design, rule.domain)
+        factor = np.where(rho_w[m] > 0, dependence.variance_factor(rho_w[m], n), 1.0)
+        lo, hi = dependence.widen(c, lo, hi, factor, (v[m, :n] > 0).all(axis=-1))
+        err = r[m, :n].max(axis=-1) * np.abs(c)
+        lo, hi = np.maximum(lo - err, 0.0), hi + err
+        covered[m] = (lo <= t[m, n - 1]) & (t[m, n - 1] <= hi)
+    return z < -dependence.Z_FLAG, covered
 
 
 def _reported(x: np.ndarray, rule: StopRule, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -185,16 +310,40 @@ def table(cells: list[Cell]) -> str:
 
 
 def cells_of(shapes: tuple[str, ...], studies: int = STUDIES, ratios: tuple[float, ...] = CV_RATIOS,
-             designs: tuple[tuple[int, int], ...] = DESIGNS) -> list[Cell]:
-    return [simulate(s, d, r, studies=studies) for d in designs for s in shapes for r in ratios]
+             designs: tuple[tuple[int, int], ...] = DESIGNS, configs: int = 1) -> list[Cell]:
+    return [simulate(s, d, r, studies=studies, configs=configs) for d in designs for s in shapes for r in ratios]
+
+
+def runner_rule_tables(n: int, which: str) -> str:
+    """Runs of RUN_CONFIGS configurations under the runner's dependence rule, looks 3..10 (the cap is
+    where the rule acts): `which` "design" (DEPENDENCE_DESIGN), "held-out-4" or "held-out-5"."""
+    shapes = {"design": DEPENDENCE_DESIGN, "held-out-4": HELD_OUT_4, "held-out-5": HELD_OUT_5}[which]
+    return table(cells_of(shapes, n, DEPENDENCE_RATIOS, ((3, 10),), configs=RUN_CONFIGS))
+
+
+def dependence_tables(n: int) -> str:
+    """The two tables of runs of RUN_CONFIGS configurations (dependence pooled over them)."""
+    return "\n".join([
+        f"Runs of {RUN_CONFIGS} configurations, dependence pooled over them: design set (Z_WIDEN and RHO_MARGIN "
+        "were chosen on these):\n", table(cells_of(DEPENDENCE_DESIGN, n, configs=RUN_CONFIGS)),
+        f"\nRuns of {RUN_CONFIGS} configurations: third held-out set (written before it was evaluated; "
+        "evaluated once):\n", table(cells_of(HELD_OUT_3, n, configs=RUN_CONFIGS))])
 
 
 if __name__ == "__main__":
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else STUDIES
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    n = int(args[0]) if args else STUDIES
     print(f"{n} simulated studies per row, ci_target = {CI_TARGET:.0%}\n")
-    print("Design set (the intervals were calibrated on these):\n")
-    print(table(cells_of(DESIGN_SET, n)))
-    print("\nHeld-out set (never used to tune anything):\n")
-    print(table(cells_of(HELD_OUT, n)))
-    print("\nSecond held-out set (added after the first had been read once; evaluated once):\n")
-    print(table(cells_of(HELD_OUT_2, n)))
+    for flag in ("--runner-design", "--runner-held-out-4", "--runner-held-out-5"):  # one table each
+        if flag in sys.argv:
+            print(runner_rule_tables(n, flag.removeprefix("--runner-")))
+            sys.exit(0)
+    if "--dependence" not in sys.argv:  # the single-configuration tables
+        print("Design set (the intervals were calibrated on these):\n")
+        print(table(cells_of(DESIGN_SET, n)))
+        print("\nHeld-out set (never used to tune anything):\n")
+        print(table(cells_of(HELD_OUT, n)))
+        print("\nSecond held-out set (added after the first had been read once; evaluated once):\n")
+        print(table(cells_of(HELD_OUT_2, n)))
+        print()
+    print(dependence_tables(n))

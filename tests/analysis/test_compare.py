@@ -33,7 +33,7 @@ def _correlated(n_configs: int, cv: float) -> dict[str, tuple[dict[str, Any], An
 
 
 def _rate_of_other_verdicts(configs: dict, n: int, seed: int, threshold: float = 0.02) -> tuple[float, int, dict]:
-    """How often an A-vs-A comparison claims a change (improvement or regression; 'too noisy' is
+    """How often an A-vs-A comparison claims a change (improvement or regression; 'undecided' is
     an honest answer for two runs compared without stored repeats: the floor widens them)."""
     rng = np.random.default_rng(seed)
     other, rows, seen = 0, 0, {}
@@ -61,7 +61,7 @@ def test_a_against_a_rerun_claims_no_change(label: str, configs: dict, n: int) -
 
 
 def test_noisier_reruns_may_be_too_noisy_but_never_claim_changes_beyond_5_percent() -> None:
-    """With 3 to 4 repetitions and CV 5 % the intervals are wide: 'too noisy' is the honest
+    """With 3 to 4 repetitions and CV 5 % the intervals are wide: 'undecided' is the honest
     verdict, and Holm still keeps false improvements/regressions at 5 % of comparisons."""
     for configs, n in ((_independent(45, 0.05), 3), (_correlated(8, 0.05), 4)):
         rng = np.random.default_rng(n)
@@ -161,8 +161,8 @@ def test_too_few_values_zero_values_and_failures_are_visible() -> None:
     rows = {r["config"]: r for r in compare_runs(a, b)["rows"]}
     assert rows["cell=two"]["verdict"] == "invalid" and "A has 2 successful value(s)" in rows["cell=two"]["reason"]
     stall = rows["cell=stall"]  # a stalled trial (rate 0) is evidence, not a reason to drop the row
-    assert stall["verdict"] == "too noisy" and (stall["stalled"]["a"], stall["stalled"]["b"]) == (1, 1), stall
-    assert rows["cell=noisy"]["verdict"] == "too noisy", rows["cell=noisy"]
+    assert stall["verdict"] == "undecided" and (stall["stalled"]["a"], stall["stalled"]["b"]) == (1, 1), stall
+    assert rows["cell=noisy"]["verdict"] == "undecided", rows["cell=noisy"]
     flaky = rows["cell=flaky"]
     assert flaky["failed_b"] == "2 failed of 7" and flaky["failed_a"] == "0 failed of 5"
     assert flaky["b"]["n"] == 5 and flaky["verdict"] == "no difference"

@@ -5,7 +5,7 @@ manifests).
 
 The run was measured on a loaded 2-CPU machine under TCG, with spreads of 5-90 % over its
 3 repetitions: on those values compare must not claim what it cannot see (no regression, and
-"too noisy" where the spread hides a 30 % change). With the same document's values given
+"undecided" where the spread hides a 30 % change). With the same document's values given
 the 2 % spread of a quiet machine, every raised rate is an improvement when those rates are
 the question (--metric), and nothing is claimed falsely when every metric is compared.
 """
@@ -87,7 +87,7 @@ def test_every_metric_at_once_claims_only_true_changes(run: dict[str, Any]) -> N
     res = compare_runs(_quiet(run, seed=1), _raised(_quiet(run, seed=2), "B"))
     assert len(res["rows"]) == 201 and res["warnings"] == []
     raised = [r for r in res["rows"] if r["metric"] in RAISED]
-    assert {r["verdict"] for r in raised} <= {"improvement", "no difference", "too noisy"}
+    assert {r["verdict"] for r in raised} <= {"improvement", "no difference", "undecided"}
     assert sum(r["verdict"] == "improvement" for r in raised) >= len(raised) // 3
     others = [r for r in res["rows"] if r["metric"] not in RAISED]
     assert not [r for r in others if r["verdict"] in ("improvement", "regression")]
@@ -96,8 +96,8 @@ def test_every_metric_at_once_claims_only_true_changes(run: dict[str, Any]) -> N
 def test_on_the_measured_spread_compare_claims_nothing_it_cannot_see(run: dict[str, Any]) -> None:
     res = compare_runs(run, _raised(run, "B"), metric_names=RAISED)
     verdicts = {r["verdict"] for r in res["rows"]}
-    assert "regression" not in verdicts and verdicts <= {"improvement", "too noisy", "no difference"}
-    noisy = [r for r in res["rows"] if r["verdict"] == "too noisy"]
+    assert "regression" not in verdicts and verdicts <= {"improvement", "undecided", "no difference"}
+    noisy = [r for r in res["rows"] if r["verdict"] == "undecided"]
     assert noisy, "a 30 % change under 20-80 % spread at n = 3 must not be called anything else"
     for r in noisy:
         lo, hi = r["ratio_ci95"]
@@ -105,6 +105,6 @@ def test_on_the_measured_spread_compare_claims_nothing_it_cannot_see(run: dict[s
     # every directional row, the unchanged ones included: identical values never make a claim
     whole = compare_runs(run, _raised(run, "B"))
     same = [r for r in whole["rows"] if r["metric"] not in RAISED]
-    assert same and all(r["verdict"] in ("no difference", "too noisy", "invalid") for r in same)
+    assert same and all(r["verdict"] in ("no difference", "undecided", "invalid") for r in same)
     assert all(r["ratio"] == pytest.approx(1) for r in same if r["ratio"] is not None)
     assert all("<= 0" in r["reason"] for r in same if r["verdict"] == "invalid")  # e.g. 0 TCP retransmits

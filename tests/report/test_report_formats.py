@@ -184,3 +184,21 @@ def test_csv_and_json_never_import_matplotlib() -> None:
             "print('matplotlib' in sys.modules, 'iolab.report.html' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_html_and_markdown_headers_agree_on_a_run_without_an_id() -> None:
+    """The header and trials appendix are one view (report/run_view.py): a run with no id, an
+    axis value missing and a flag reads the same in both formats (Markdown printed `None`)."""
+    from iolab.report.html import build_context
+
+    doc = sample_doc.make_doc()
+    doc["run_id"] = None
+    doc["trials"][0]["flags"] = ["not_prefilled: the file was new"]
+    doc["trials"][0]["params"]["bs"] = None
+    md = render_markdown(doc, [], [])
+    ctx = build_context(doc, [], [])
+    assert ctx["run_id"] == "—" and "**Run:** `—`" in md
+    row = ctx["trials"].rows[0]
+    assert row.params[ctx["trials"].params.index("bs")] == "—"
+    assert [(f.name, f.text) for f in row.flags] == [("not_prefilled", "not_prefilled: the file was new")]
+    assert f"| `{row.id}` |" in md and "not_prefilled: the file was new" in md

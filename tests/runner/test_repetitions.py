@@ -141,3 +141,43 @@ def test_a_missing_capability_is_not_retried(flaky_target: Path) -> None:
     assert status == "failed"
     assert flaky_target_mod.FlakyHostTarget.setups == 1
     assert all((r["ok"], r["failed"]) == (0, 1) for r in doc["findings"]["repetitions"])
+
+
+# Eight configurations (the 16 consecutive pairs at three values that dependence.MIN_PAIRS asks for)
+# whose repetitions move slowly (each next value close to the last), each narrow enough at three
+# values to stop there on its own, and with no check of its own tripping at 5 or 6 values: only the
+# run's pooled dependence (plan.run_dependence) can send them on.
+_ALIKE = [[100.0, 100.3, 100.5, 100.4, 100.1, 99.8], [200.0, 200.8, 201.2, 200.9, 200.2, 199.6],
+          [50.0, 50.1, 50.2, 50.15, 50.05, 49.95], [80.0, 79.8, 79.6, 79.7, 79.9, 80.1]]
+ALIKE_IN_ORDER = _ALIKE + [[v * 3 for v in s] for s in _ALIKE]
+# The same values of each configuration in an order that alternates (consecutive values apart).
+_ALTERNATING = [[100.0, 100.5, 100.1, 100.4, 99.8, 100.3], [200.0, 201.2, 200.2, 200.9, 199.6, 200.8],
+                [50.0, 50.2, 50.05, 50.15, 49.95, 50.1], [80.0, 79.6, 79.9, 79.7, 80.1, 79.8]]
+ALTERNATING = _ALTERNATING + [[v * 3 for v in s] for s in _ALTERNATING]
+
+
+def _workloads(series: list[list[float]]) -> list[dict[str, Any]]:
+    return [{"name": f"c{i}", "kind": "flaky", "values": values} for i, values in enumerate(series)]
+
+
+def test_a_run_whose_repetitions_are_alike_in_order_repeats_every_configuration_to_the_cap(env: Path) -> None:
+    rule = StopRule(3, 6, 0.05)
+    assert not any(rule.wants_more(v[:3]) for v in ALIKE_IN_ORDER)  # on its own, each stops at 3
+    status, doc = _run(env, _workloads(ALIKE_IN_ORDER), repetitions=3, max_repetitions=6)
+    assert status == "complete"
+    recs = _by_label(doc)
+    assert {r["ok"] for r in recs.values()} == {6}, {k: r["ok"] for k, r in recs.items()}
+    for r in recs.values():
+        assert r["stop_reason"].startswith("cap of 6 reached") and "pooled over the run" in r["stop_reason"], r
+        assert "dependence" in r["checks"], r
+    for cfg in doc["findings"]["configs"]:  # the report's numbers: flagged and widened, no bare 95 %
+        value = cfg["metrics"]["value"]
+        assert "dependence" in value["checks"] and "dependence ρ=" in value["method"], value
+
+
+def test_a_run_whose_repetitions_alternate_stops_where_each_configuration_is_narrow(env: Path) -> None:
+    status, doc = _run(env, _workloads(ALTERNATING), repetitions=3, max_repetitions=6)
+    assert status == "complete"
+    recs = _by_label(doc)
+    assert {r["ok"] for r in recs.values()} == {3}, {k: r["ok"] for k, r in recs.items()}
+    assert all(r["stop_reason"] == "interval within ±5%" and "dependence" not in r["checks"] for r in recs.values())

@@ -22,7 +22,7 @@ from iolab.report.markdown import render_markdown
 from iolab.runner.runner import ConfigState, Runner
 from iolab.spec.study import from_dict
 from iolab.store.registry import open_store
-from iolab.studies.cgroup_weights.hook import gate_decision, gate_verdict
+from iolab.studies.cgroup_weights.hook import GateRun, gate_decision
 from iolab.studies.hooks import GroupContext, GroupDecision, GroupHook
 from iolab.workloads.fio import FioParams, FioWorkload
 
@@ -156,11 +156,21 @@ def test_a_decision_names_ids_and_a_reason() -> None:
     assert GroupDecision().skip == ()
 
 
-def _gate(enforces: bool, ratio: float | None, active: bool | None) -> dict[str, Any]:
-    g: dict[str, Any] = {"controller": "v1-bfq" if enforces else "v1-none", "enforces_weights": enforces,
-                         "ratio": ratio, "active": active, "error": None if ratio else "no fio"}
-    g["verdict"] = gate_verdict(g)
-    return g
+def _gate(enforces: bool, ratio: float | None, active: bool | None) -> GateRun:
+    return GateRun("v1-bfq" if enforces else "v1-none", enforces, ratio=ratio, active=active,
+                   aggregate_iops=1000.0 if ratio else None, error=None if ratio else "no fio")
+
+
+def test_the_stored_gate_keeps_its_json_keys_in_order() -> None:
+    """extra["sanity_gate/<controller>"] as it always was (docs/results.md; analysis.Gate reads it)."""
+    ran = _gate(True, 1.02, False).as_json()
+    assert list(ran) == ["controller", "enforces_weights", "weights", "expected_ratio", "ratio",
+                         "aggregate_iops", "active", "verdict"]
+    assert ran["weights"] == [100, 400] and ran["expected_ratio"] == 4.0
+    failed = _gate(True, None, None).as_json()
+    assert list(failed) == ["controller", "enforces_weights", "weights", "expected_ratio", "ratio", "active",
+                            "error", "verdict"]
+    assert failed["verdict"] == "gate could not run: no fio" and failed["ratio"] is None
 
 
 def test_cgroup_gate_skips_only_an_inactive_enforcing_controller() -> None:

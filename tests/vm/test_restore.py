@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from iolab.analysis.stats import holm, welch_log
 from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger, clean_orphans
+from iolab.native import guest_fio
 from iolab.probes.qmp_blockstats import disk_stats
 from iolab.targets.base import Placement
 from iolab.targets.qemu_guest import QemuGuestParams, QemuGuestTarget
@@ -43,7 +44,7 @@ def private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     real = Path(os.environ.get("IOLAB_CACHE") or Path.home() / ".cache" / "iolab")
     cache = tmp_path / "cache"
     cache.mkdir()
-    for shared in ("guest", "agent", "native", "accel.json"):
+    for shared in ("guest", "agent", "native", "guest-fio", "accel.json"):
         if (real / shared).exists():
             (cache / shared).symlink_to(real / shared)
     monkeypatch.setenv("IOLAB_CACHE", str(cache))
@@ -188,6 +189,35 @@ def test_every_hotpluggable_bus_is_restored_with_its_disk(private: Path, keys: d
             assert _qmp_disk(pl)["encrypted"] is True
         if keys.get("iothread"):
             assert any(c["arguments"].get("qom-type") == "iothread" for c in boot["disk_attached"])
+    finally:
+        target.teardown()
+    assert ledger.items == []
+
+
+def test_a_restored_guest_runs_the_static_fio_with_libaio_and_io_uring_on_its_hotplugged_disk(
+        private: Path) -> None:
+    """The built-in guest's fio is the static build of the host's version (native/guest_fio.py):
+    the manifest says so, the guest holds none of Debian's fio libraries, and both asynchronous
+    engines do direct I/O on the disk hot-plugged into the restored guest, with sane JSON."""
+    static = guest_fio.installed()  # ./setup.sh install builds it; a missing build is a set-up failure
+    ledger = Ledger()
+    target = _target(ledger, boot="restore")
+    try:
+        pl = target.setup()
+        assert pl.manifest["boot"]["mode"] == "restored" and pl.path
+        assert pl.manifest["guest_image"]["guest_fio"]["build"] == "static-minimal"
+        host_version = guest_fio.fio_version(guest_fio.HOST_FIO)
+        assert _run(pl, "fio --version").strip() == host_version == guest_fio.fio_version(static.binary)
+        assert "librbd" not in _run(pl, "ls /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu 2>/dev/null; true")
+        for engine in ("libaio", "io_uring"):
+            out = _run(pl, f"fio --name={engine} --filename={pl.path} --rw=randrw --bs=4k --size=8M --direct=1 "
+                           f"--ioengine={engine} --iodepth=8 --randrepeat=0 --output-format=json", 180)
+            job = json.loads(out)["jobs"][0]
+            assert job["error"] == 0 and job["job options"]["ioengine"] == engine
+            moved = job["read"]["io_bytes"] + job["write"]["io_bytes"]
+            assert moved == 8 << 20 and job["read"]["io_bytes"] > 0 and job["write"]["io_bytes"] > 0
+            assert job["read"]["iops"] > 0 and job["write"]["lat_ns"]["mean"] > 0
+        assert disk_stats(pl.extras["qmp"].cmd("query-blockstats"))["wr_operations"] > 0  # on the test disk
     finally:
         target.teardown()
     assert ledger.items == []

@@ -100,11 +100,13 @@ def next_step(verdicts: Sequence[ReportedVerdict], n_ok: Mapping[str, int], room
 
 
 def account(verdicts: Sequence[ReportedVerdict], room: Mapping[str, int], trial_s: Callable[[str], float],
-            ran_out: bool = True) -> list[dict[str, Any]]:
+            ran_out: bool = True, cut: tuple[str, float | None] | None = None) -> list[dict[str, Any]]:
     """What became of each verdict under the budget: {id, text, verdict, status, words,
     more_repetitions, config_ids, seconds}. `seconds`: what deciding a left-open one would likely
     take at the measured trial times (its configurations' trials × more, set-ups not counted).
-    `ran_out`: the budget (not an interruption) ended the run while such verdicts were open."""
+    `ran_out`: the budget (not an interruption) ended the run while such verdicts were open.
+    `cut`: the budget ended the run inside its minimum (`cut_short`: why, and the rest of the
+    minimum's estimate): every verdict not decided was left open by it, whatever it reads now."""
     out = []
     for v in verdicts:
         d = v.decision
@@ -113,6 +115,11 @@ def account(verdicts: Sequence[ReportedVerdict], room: Mapping[str, int], trial_
         seconds = more * sum(trial_s(c) for c in ids) if more is not None and ids else None
         if v.verdict in (HOLDS, DIFFERS):
             status, words = DECIDED, f"{v.verdict}, decided within the budget"
+        elif cut is not None:
+            status, seconds = LEFT_OPEN, cut[1]
+            words = f"left open by the budget: {cut[0]}" + (
+                f"; the rest of its minimum is estimated at ~{fmt_seconds(seconds)} (guest boots not counted)"
+                if seconds else "")
         elif v.verdict == UNTESTABLE:
             status, words = NOT_TESTABLE, "not testable here: no repetition decides it on this machine"
         elif d is None or more is None:
@@ -134,6 +141,58 @@ def account(verdicts: Sequence[ReportedVerdict], room: Mapping[str, int], trial_
                     "status": status, "words": words, "more_repetitions": more, "config_ids": ids,
                     "seconds": None if seconds is None else round(seconds, 1)})
     return out
+
+
+def cut_short(doc: Mapping[str, Any], study: str) -> tuple[str, float | None] | None:
+    """(why, the rest of its minimum's estimate in seconds) when a time budget ended the stored run
+    `doc` before every configuration had its minimum (its first trial included), so what it could
+    not measure was left open by the budget, not found untestable; None otherwise (no budget, the
+    minimum done, or the run stopped for another reason)."""
+    b = (doc.get("extra") or {}).get("budget")
+    if not isinstance(b, dict) or not b.get("exhausted") or b.get("phase") not in ("minimum", None):
+        return None
+    trials = doc.get("trials") or []
+    rest = b.get("minimum_s")
+    rest_s = float(rest) if isinstance(rest, (int, float)) else None
+    if not trials:
+        return f"it ran out before the {study} study's first trial", rest_s
+    ok = sum(t.get("status") == "ok" for t in trials)
+    return f"it ran out inside the {study} study's minimum ({ok} trial(s) measured)", rest_s
+
+
+def cheapest_claims_first(minimums: Mapping[str, float], claims: Mapping[str, int], order: Sequence[str]
+                          ) -> list[str]:
+    """The studies a reproduction's budget runs when it cannot afford every minimum: the fewest
+    seconds of minimum per claim answered first (`minimums`: each study's estimate; `claims`: how
+    many claims it answers), ties in the published `order`: the most claims decided per second."""
+    return sorted(minimums, key=lambda n: (minimums[n] / max(claims.get(n, 0), 1), list(order).index(n)))
+
+
+def cheapest_open_claim(studies: Mapping[str, tuple[Sequence[ReportedVerdict], Mapping[str, int],
+                                                    Mapping[str, float]]]) -> tuple[float, str, str] | None:
+    """Across a reproduction's studies (name -> its claims now, room under its cap per configuration,
+    measured seconds per trial), the open claim more repetitions would likely decide at the least
+    cost (`more × Σ` its configurations' trial times), within its study's cap: (seconds, study,
+    claim id), or None when no claim is left that repetitions would decide."""
+    best: tuple[float, str, str] | None = None
+    for name, (verdicts, room, times) in studies.items():
+        for v in verdicts:
+            d = v.decision
+            if not v.decidable or d is None or d.more is None or not d.config_ids \
+                    or any(room.get(c, 0) < d.more for c in d.config_ids):
+                continue  # more repetitions would not decide it, or not within the cap
+            cost = d.more * sum(times.get(c, 0.0) for c in d.config_ids)
+            if cost > 0 and (best is None or cost < best[0]):
+                best = (cost, name, v.id)
+    return best
+
+
+def tight_share(minimum: float, left: float) -> float:
+    """A study's share of a budget that cannot afford every minimum: its minimum's estimate with a
+    margin for set-ups and storing (a quarter, and 10 s), when what is left affords the minimum;
+    else nothing (its claims are left open by the budget: a minimum cut short answers none)."""
+    left = max(left, 0.0)
+    return min(minimum * 1.25 + 10.0, left) if minimum <= left else 0.0
 
 
 def study_share(left: float, need: Mapping[str, float], name: str) -> float:

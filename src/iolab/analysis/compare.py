@@ -28,7 +28,7 @@ For every configuration both runs measured and every metric with a declared dire
 * Holm's correction of those p-values over all rows, so the chance that any row claims a change
   beyond the threshold that is not there stays below 5 %, however many rows are compared;
 * a verdict: `improvement` / `regression` when that Holm-adjusted p-value is below 0.05, its
-  sign from the metric's declared direction; otherwise `too noisy` when the ratio's interval
+  sign from the metric's declared direction; otherwise `undecided` when the ratio's interval
   is wider than ±max_ci, else `no difference`; `invalid` when a side has fewer than MIN_N
   successful values;
 * the tools' quantisation (a rate's millisecond clock, fio's latency histogram buckets:
@@ -59,7 +59,7 @@ from iolab.core import metrics
 
 __all__ = ["ENVIRONMENT", "compare_runs", "environment_differences", "schedulers"]
 
-VERDICTS = ("improvement", "regression", "no difference", "too noisy", "invalid")
+VERDICTS = ("improvement", "regression", "no difference", "undecided", "invalid")
 DEFAULT_THRESHOLD = 0.02
 ALPHA = 0.05
 MAX_CI = 0.10
@@ -301,7 +301,7 @@ def _verdict(row: dict[str, Any], threshold: float, max_ci: float) -> tuple[str,
                       f"beyond ±{threshold:.0%} with p = {p:.2g} after Holm{caveat}")
     if lo is None or hi is None or lo <= 0 or math.sqrt(hi / lo) - 1 > max_ci:
         shown = f"{lo:.3f}..{hi:.3f}" if lo is not None and hi is not None else "an unbounded range"
-        return "too noisy", f"the 95% interval of B/A spans {shown}: a change of over {max_ci:.0%} could hide{caveat}"
+        return "undecided", f"the 95% interval of B/A spans {shown}: a change of over {max_ci:.0%} could hide{caveat}"
     if row["p_no_change"] is not None and row["p_no_change"] < ALPHA:
         return "no difference", (f"{_size(row)} {'higher' if higher else 'lower'}, not shown to exceed the "
                                  f"±{threshold:.0%} threshold after Holm (p = {p:.2g}){caveat}")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from iolab.analysis import calibration, checks
-from iolab.analysis.plan import StopRule
+from iolab.analysis.plan import StopRule, run_dependence
 from iolab.analysis.record import Record
 from iolab.analysis.sequential import design_of, method_of
 from iolab.analysis.stats import RESOLUTION_METHOD
@@ -61,12 +61,18 @@ def configurations(doc: Doc) -> list[ConfigRepetitions]:
     design = design_of(doc)
     spent = bool(((doc.get("extra") or {}).get("budget") or {}).get("exhausted"))  # a time budget ran out
     out = []
-    for cid, trials in by_config(doc).items():
+    configs = by_config(doc)
+    mains = {cid: main_metric_of(trials, settings) for cid, trials in configs.items()}
+    series = {cid: [_num(t["metrics"].get(mains[cid])) for t in trials if t["status"] == "ok"] if mains[cid] else []
+              for cid, trials in configs.items()}
+    dependent = {m: run_dependence([series[c] for c in configs if mains[c] == m]) for m in set(mains.values()) if m}
+    for cid, trials in configs.items():
         ok = [t for t in trials if t["status"] == "ok"]
         failed = len(trials) - len(ok)
-        main = main_metric_of(trials, settings)
+        main = mains[cid]
         decl = metric_set_of(trials).get(main) if main else None
-        values = [_num(t["metrics"].get(main)) for t in ok] if main else []
+        values = series[cid]
+        run_dependent = bool(main and dependent.get(main))
         rule = StopRule.of(settings, decl)
         zeros = sum(1 for v in values if v == 0.0)
         skipped = next((t["error"] for t in trials if (t.get("error") or "").startswith(SKIPPED)), None)
@@ -75,11 +81,13 @@ def configurations(doc: Doc) -> list[ConfigRepetitions]:
                            "natural scale")
         data = [v for v in values if math.isfinite(v)]
         trips = list(checks.names(checks.tripped(np.asarray(data), calibration.check_thresholds(len(data)))))
+        if run_dependent and "dependence" not in trips:
+            trips.append("dependence")
         out.append(ConfigRepetitions(
             config_id=cid, label=label_text(trials[0], cid), ok=len(ok), failed=failed, attempts=len(trials),
             failed_of=failed_text(failed, len(trials)), main_metric=main, zero_values=zeros,
             stop_reason=(f"skipped by the study's hook: {skipped.split(': ', 1)[-1]}" if skipped and not ok
-                         else _under_budget(rule.stop_reason(values, failed), spent)),
+                         else _under_budget(rule.stop_reason(values, failed, run_dependent), spent)),
             interval_method=method + (RESOLUTION_METHOD if clock > 0 else ""), clock_error=clock, checks=trips))
     return out
 

@@ -35,7 +35,7 @@ tests/analysis/coverage.py) run the very functions the runner and the reports ca
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import ValidationError
 from scipy import special
 
-from iolab.analysis import calibration, checks
+from iolab.analysis import calibration, checks, dependence
 from iolab.analysis.stats import (
     RESOLUTION_METHOD,
     Estimate,
@@ -54,6 +54,7 @@ from iolab.analysis.stats import (
     with_resolution,
 )
 from iolab.core.metrics import NONNEG, Domain, Metric
+from iolab.core.model import config_id_of_trial
 from iolab.spec.study import StudySettings
 
 
@@ -258,22 +259,51 @@ class RunEstimator:
     `family`: how many intervals a reader will hold together (the verdicts of one page): each is
     then computed at α'/family (Bonferroni), so all of them hold together with 95 %. `rel` (and
     `rels` for a ratio's sides): the values' clock error bound relative to the value
-    (analysis.trials.relative_resolution), which widens the interval (stats.with_resolution)."""
+    (analysis.trials.relative_resolution), which widens the interval (stats.with_resolution).
+
+    **The run's dependence.** Every metric's lag-1 dependence between consecutive repetitions is
+    pooled over the run's configurations (analysis/dependence.py); on any sign of it every interval
+    of that metric is widened for it, and where it is significant each also carries the `dependence`
+    check. An estimate's
+    values are matched to their metric by the stored series they are (a configuration's values of
+    one metric in trial order): values that are not a stored series of this run are not widened."""
 
     def __init__(self, doc: dict[str, Any], family: int = 1):
         self.design = design_of(doc)
         self.family = max(int(family), 1)
+        self._trials: list[dict[str, Any]] = [t for t in doc.get("trials") or []
+                                              if isinstance(t, dict) and t.get("status", "ok") == "ok"]
+        self._series: dict[tuple[float, ...], dependence.Dependence] | None = None
 
     def widened(self, family: int) -> RunEstimator:
         """This run's estimator for a family of `family` intervals read together (Bonferroni)."""
         other = RunEstimator({}, family)
         other.design = self.design
+        other._trials, other._series = self._trials, self._series
         return other
+
+    def dependence_of(self, values: Sequence[float | None]) -> dependence.Dependence:
+        """The run's pooled dependence of the metric whose stored series `values` is (NONE if none)."""
+        if self._series is None:
+            self._series = _run_dependence(self._trials)
+        key = tuple(float(v) for v in finite(values)[0])
+        return self._series.get(key, dependence.NONE)
+
+    def _with_dependence(self, e: Estimate, values: Sequence[float | None], d: Domain) -> Estimate:
+        dep = self.dependence_of(values) if not d.integer and e.n >= 3 else dependence.NONE
+        if not dep.rho_widen > 0 or not (math.isfinite(e.lo) and math.isfinite(e.hi)):
+            return e
+        factor = dependence.variance_factor(dep.rho_widen, e.n)
+        lo, hi = dependence.widen(np.array([e.mean]), np.array([e.lo]), np.array([e.hi]), factor,
+                                  np.array([e.lo > 0]))
+        trips = tuple(c for c in checks.CHECKS if c in e.checks or (c == "dependence" and dep.significant))
+        return replace(e, lo=d.clip(float(lo[0])), hi=d.clip(float(hi[0])), checks=trips,
+                       method=e.method + f" dependence ρ={dep.rho_widen:.2f}")
 
     def estimate(self, values: Sequence[float | None], domain: Domain | Metric = NONNEG, rel: float = 0.0
                  ) -> Estimate:
         d = _domain(domain, None)
-        e = sequential_ci(values, self.design, d, self.family)
+        e = self._with_dependence(sequential_ci(values, self.design, d, self.family), values, d)
         if not rel > 0 and not d.integer and e.n >= 2 and e.lo == e.hi:
             # every value the same and no resolution recorded: known to its stored digits, not exactly
             err = stored_resolution([v for v in values if v is not None])
@@ -297,8 +327,8 @@ class RunEstimator:
         """est(num) / est(den) of two configurations of this run (e.g. guest / host): the MOVER interval
         (stats.mover_ratio) of the two sides' intervals, then the clocks' error of both sides. A
         stall on either side (a 0) is counted in `zeros` and reaches the ratio's bounds."""
-        a = sequential_ci(list(num), self.design, domain, self.family)
-        b = sequential_ci(list(den), self.design, domain, self.family)
+        a = self._with_dependence(sequential_ci(list(num), self.design, domain, self.family), num, domain)
+        b = self._with_dependence(sequential_ci(list(den), self.design, domain, self.family), den, domain)
         ra, rb = (_stored(e, vals, rel) for e, vals, rel in ((a, num, rels[0]), (b, den, rels[1])))
         return ratio_with_resolution(mover_ratio(a, b), ra, rb)
 
@@ -311,11 +341,45 @@ class RunEstimator:
         """The ratio's interval after `extra` more repetitions of both sides (MOVER of the projections)."""
         return mover_ratio(self.projected(num, extra, domain), self.projected(den, extra, domain))
 
+    def ratio_ahead(self, num: Sequence[float | None], den: Sequence[float | None],
+                    domain: Domain = NONNEG) -> Callable[[int], tuple[float, float]]:
+        """k -> the ratio's (lo, hi) after k more repetitions of both sides: the projection
+        `verdicts.more_needed` walks to say how many more repetitions would decide a verdict."""
+
+        def ends(extra: int) -> tuple[float, float]:
+            e = self.projected_ratio(num, den, extra, domain)
+            return e.lo, e.hi
+
+        return ends
+
     def ratio_of(self, aggregate: str, num: Sequence[float], den: Sequence[float],
                  rels: tuple[float, float] = (0.0, 0.0)) -> Estimate:
         """The ratio of the two configurations' estimates (the aggregate no longer matters: the median
         of a rate is the rate of the median time)."""
         return self.ratio(num, den, rels)
+
+
+def _run_dependence(trials: list[dict[str, Any]]) -> dict[tuple[float, ...], dependence.Dependence]:
+    """{a configuration's series of one metric (finite values in trial order): the run's pooled
+    dependence of that metric}. A series two metrics share (the same numbers) takes the stronger."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for t in trials:
+        if isinstance(t.get("id"), str):
+            groups.setdefault(config_id_of_trial(t["id"]), []).append(t)
+    per_metric: dict[str, list[tuple[float, ...]]] = {}
+    for group in groups.values():
+        names = {k for t in group for k, v in (t.get("metrics") or {}).items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        for name in names:
+            series = finite([(t.get("metrics") or {}).get(name) for t in group])[0]
+            per_metric.setdefault(name, []).append(tuple(float(v) for v in series))
+    out: dict[tuple[float, ...], dependence.Dependence] = {}
+    for series_list in per_metric.values():
+        dep = dependence.pooled(series_list)
+        for s in series_list:
+            if s not in out or dep.rho_widen > out[s].rho_widen:
+                out[s] = dep
+    return out
 
 
 def _stored(e: Estimate, values: Sequence[float | None], rel: float) -> float:

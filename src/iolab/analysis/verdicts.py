@@ -136,16 +136,21 @@ def config_ids_of(trials: Iterable[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(config_id_of_trial(t["id"]) for t in trials))
 
 
+def repetitions_to_decide(current: int, decided_with: Callable[[int], bool]) -> int | None:
+    """The fewest further repetitions k after which `decided_with(k)` (the verdict recomputed from
+    intervals projected k repetitions ahead, at the spread measured so far) is no longer undecided;
+    None if none does before PROJECT_MAX repetitions in all. `current`: repetitions so far.
+    The one projection loop every "what would decide it" (claims, studies' tables) goes through."""
+    return next((k for k in range(1, max(PROJECT_MAX - current, 0) + 1) if decided_with(k)), None)
+
+
 def more_needed(band: Band, project: Callable[[int], tuple[float, float]], current: int,
                 configurations: Iterable[str] = (), config_ids: Iterable[str] = ()) -> Decision:
-    """The smallest number of further repetitions after which the projected interval (`project(k)`:
-    the interval with k more repetitions at the spread measured so far, same estimate) is
-    decided. `current`: repetitions so far (projections stop at PROJECT_MAX in all)."""
-    for k in range(1, max(PROJECT_MAX - current, 0) + 1):
-        lo, hi = project(k)
-        if band.decide(lo, hi) != UNDECIDED:
-            return Decision(k, tuple(configurations), tuple(config_ids))
-    return Decision(None, tuple(configurations), tuple(config_ids))
+    """What would decide one interval against `band`: the fewest further repetitions after which the
+    projected interval (`project(k)`: the interval with k more repetitions at the spread measured
+    so far, same estimate) is decided (see `repetitions_to_decide`)."""
+    more = repetitions_to_decide(current, lambda k: band.decide(*project(k)) != UNDECIDED)
+    return Decision(more, tuple(configurations), tuple(config_ids))
 
 
 Interval = tuple[float, float]
@@ -159,7 +164,6 @@ def decide_all(items: Sequence[tuple[Band, Interval, Callable[[int], Interval]]]
     verdict = combine(band.decide(*now) for band, now, _ in items)
     if verdict != UNDECIDED or not items:
         return verdict, None
-    for k in range(1, max(PROJECT_MAX - current, 0) + 1):
-        if combine(band.decide(*project(k)) for band, _, project in items) != UNDECIDED:
-            return verdict, Decision(k, tuple(configurations), tuple(config_ids))
-    return verdict, Decision(None, tuple(configurations), tuple(config_ids))
+    more = repetitions_to_decide(
+        current, lambda k: combine(band.decide(*project(k)) for band, _, project in items) != UNDECIDED)
+    return verdict, Decision(more, tuple(configurations), tuple(config_ids))

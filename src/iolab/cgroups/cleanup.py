@@ -13,6 +13,7 @@ from pathlib import Path
 from iolab.cgroups import fs, processes, queue_claims, scheduler, trial
 from iolab.cgroups.detect import mounts
 from iolab.core import owner as owners
+from iolab.core.cleaners import register_thawer
 from iolab.core.resources import (
     ORDER_CLAIMS,
     ORDER_GROUPS,
@@ -103,6 +104,40 @@ def _holds_processes_of_its_owner(name: str) -> bool:
     return rest.startswith((f"{trial.TRIAL_LABEL}-", f"{trial.SPAWN_LABEL}-"))
 
 
+def thaw_dead_owners_group_of(pid: int) -> None:
+    """Thaw the frozen cgroups `pid` sits in, where they belong to a dead owner: a SIGKILLed task
+    of a frozen group dies only once thawed, and an owner killed between freezing its trial
+    cgroup and thawing it (processes._frozen_kill) leaves the group frozen for good. Only groups
+    under a top-level `iolab-o<pid>.<start>-…` group whose owner is dead are touched."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return
+    m = mounts()
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if controllers == "freezer" and m.v1_freezer is not None:
+            root, state, thawed = m.v1_freezer, "freezer.state", "THAWED"
+        elif controllers == "" and m.v2 is not None:
+            root, state, thawed = m.v2, "cgroup.freeze", "0"
+        else:
+            continue
+        parts = [x for x in rel.split("/") if x]
+        if not parts or not parts[0].startswith(PREFIX):
+            continue
+        o = owners.owner_of_name(parts[0])
+        if o is None or o.alive():
+            continue
+        for depth in range(len(parts), 0, -1):  # leaf first: a frozen parent thaws last
+            f = root.joinpath(*parts[:depth]) / state
+            try:
+                if f.exists() and fs.read_value(f) not in (thawed, "THAWING"):
+                    fs.write_value(f, thawed)
+            except OSError:
+                pass  # removed meanwhile, or not a freezer level: the wait says if it is stuck
+
+
 register_kind(ResourceKind("cgroup", ORDER_GROUPS, clean_cgroup, lambda scope: sweep()))
+register_thawer(thaw_dead_owners_group_of)
 # claims of dead owners dropped while the devices are attached: a detach makes their records stale
 register_kind(ResourceKind("scheduler", ORDER_CLAIMS, clean_scheduler, lambda scope: queue_claims.sweep()))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from iolab.cgroups import fs
+from iolab.core import signals
 
 KILL_WAIT_S = 30.0  # a process in uninterruptible I/O dies when its I/O completes
 FREEZE_WAIT_S = 2.0  # then kill anyway: a task in D state delays freezing, not SIGKILL
@@ -99,15 +100,20 @@ def _kill_once(d: Path) -> None:
 
 
 def _frozen_kill(d: Path, state: Path, frozen: str, thawed: str) -> None:
-    """Freeze, so nothing forks between listing and killing; SIGKILL all; thaw, so they die."""
-    fs.write_value(state, frozen)
-    try:
-        deadline = time.monotonic() + FREEZE_WAIT_S
-        while not _is_frozen(d, state, frozen) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        _signal_all(d)
-    finally:
-        fs.write_value(state, thawed)
+    """Freeze, so nothing forks between listing and killing; SIGKILL all; thaw, so they die.
+
+    The stop signals are held over the window: a Ctrl-C (a second one, while the first is being
+    cleaned up) raised between the freeze and the thaw would leave the group frozen and its
+    SIGKILLed tasks alive for good (`iolab clean` thaws a dead owner's frozen group too)."""
+    with signals.held():
+        fs.write_value(state, frozen)
+        try:
+            deadline = time.monotonic() + FREEZE_WAIT_S
+            while not _is_frozen(d, state, frozen) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            _signal_all(d)
+        finally:
+            fs.write_value(state, thawed)
 
 
 def _is_frozen(d: Path, state: Path, frozen: str) -> bool:

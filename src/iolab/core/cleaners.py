@@ -155,8 +155,21 @@ def _loop(res: Resource) -> None:
 
 # ---------------------------------------------------------------- processes
 
+# Called with the pid of a dead owner's process just sent SIGKILL: a SIGKILLed process in a frozen
+# cgroup does not die until the group is thawed, and an owner killed between freezing a trial
+# cgroup and thawing it (cgroups/processes.py kills through the freezer) leaves it frozen. The
+# cgroups package registers the thaw (it knows the hierarchies); core only calls it.
+_THAWERS: list[Callable[[int], None]] = []
+
+
+def register_thawer(fn: Callable[[int], None]) -> None:
+    if fn not in _THAWERS:
+        _THAWERS.append(fn)
+
+
 def kill_processes(procs: Iterable[owners.TaggedProcess], wait_s: float = 15.0) -> list[str]:
-    """SIGKILL each process that still is what was found (same pid, same start), wait until gone."""
+    """SIGKILL each process that still is what was found (same pid, same start), thaw the dead
+    owner's cgroup it may be frozen in, wait until gone."""
     procs = list(procs)
     killed = []
     for p in procs:
@@ -167,6 +180,9 @@ def kill_processes(procs: Iterable[owners.TaggedProcess], wait_s: float = 15.0) 
             killed.append(f"process {p.pid} ({os.path.basename(p.argv0) or '?'}, owner {p.owner.token})")
         except ProcessLookupError:
             continue
+        if not p.owner.alive():
+            for thaw in _THAWERS:
+                thaw(p.pid)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(owners.is_alive(p.pid, p.start) for p in procs):
         time.sleep(0.05)

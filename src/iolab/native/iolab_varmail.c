@@ -620,6 +620,22 @@ static void op_close(struct thread *t, int fd, int64_t i)
     closed((uint64_t)i);
 }
 
+/*
+ * The step varmail.f takes twice: append to the open file, fsync it, close it, then open another
+ * file of the set and read it whole (appendfilerand, fsync, closefile, openfile, readwholefile).
+ * Returns the newly opened descriptor (its file index in *i), or -1 if no file could be picked.
+ */
+static int append_sync_then_read_next(struct thread *t, int fd, int64_t *i)
+{
+    op_append(t, fd);
+    op_fsync(t, fd);
+    op_close(t, fd, *i);
+    if ((fd = op_open(t, 0, i)) < 0)
+        return -1;
+    op_read_whole(t, fd);
+    return fd;
+}
+
 /* One pass of varmail.f's flow; -1 if a file could not be picked (the run stops there). */
 static int iteration(struct thread *t)
 {
@@ -630,18 +646,10 @@ static int iteration(struct thread *t)
     int fd = op_open(t, 1, &i);
     if (fd < 0)
         return -1;
-    op_append(t, fd);
-    op_fsync(t, fd);
-    op_close(t, fd, i);
-    if ((fd = op_open(t, 0, &i)) < 0)
+    if ((fd = append_sync_then_read_next(t, fd, &i)) < 0)   /* flowops 3-7 */
         return -1;
-    op_read_whole(t, fd);
-    op_append(t, fd);
-    op_fsync(t, fd);
-    op_close(t, fd, i);
-    if ((fd = op_open(t, 0, &i)) < 0)
+    if ((fd = append_sync_then_read_next(t, fd, &i)) < 0)   /* flowops 8-12 */
         return -1;
-    op_read_whole(t, fd);
     op_close(t, fd, i);
     return 0;
 }

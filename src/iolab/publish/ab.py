@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from iolab.analysis import ab
+from iolab.analysis.record import JSONObject
 from iolab.report.comparison import text_table
 from iolab.report.model import Note, Section, Table
 
@@ -51,12 +54,29 @@ def text(rows: list[ab.Row], design: ab.Design, blocks: int) -> str:
     return "\n".join(lines)
 
 
-def as_json(rows: list[ab.Row], design: ab.Design, blocks: int, run_id: str) -> dict[str, Any]:
-    return {"run": run_id, "blocks": blocks, "design": dataclasses.asdict(design) | {"looks": design.looks,
-                                                                                  "look_alpha": design.look_alpha},
-            "rows": [dataclasses.asdict(r) for r in rows], "exit_status": ab.exit_status(rows),
-            "test": "sign-flip permutation test of log(B/A) across blocks, beyond / within the minimum effect; "
-                    "Holm over every configuration x metric; Bonferroni over the looks"}
+@dataclass(frozen=True)
+class AbVerdict:
+    """An A/B study's finding: every configuration x metric row judged over `blocks` blocks under
+    `design` (analysis/ab.py). `as_json` is what `iolab ab --json` prints and what a stored A/B run's
+    findings hold under "ab" (docs/results.md); `from_json` reads that back for its report."""
+
+    run: str
+    blocks: int
+    design: ab.Design
+    rows: list[ab.Row]
+
+    def as_json(self) -> JSONObject:
+        design = self.design
+        return {"run": self.run, "blocks": self.blocks,
+                "design": dataclasses.asdict(design) | {"looks": design.looks, "look_alpha": design.look_alpha},
+                "rows": [dataclasses.asdict(r) for r in self.rows], "exit_status": ab.exit_status(self.rows),
+                "test": "sign-flip permutation test of log(B/A) across blocks, beyond / within the minimum effect; "
+                        "Holm over every configuration x metric; Bonferroni over the looks"}
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any], design: ab.Design) -> AbVerdict:
+        """The finding as stored; `design` from the run's spec (the stored one is its echo)."""
+        return cls(str(stored.get("run")), int(stored["blocks"]), design, [ab.Row(**r) for r in stored["rows"]])
 
 
 def section(rows: list[ab.Row], design: ab.Design, blocks: int, variants: dict[str, Any]) -> Section:
@@ -80,19 +100,17 @@ def _design(spec_ab: dict[str, Any]) -> ab.Design:
     return ab.Design(**{k: d[k] for k in ("min_blocks", "max_blocks", "step", "min_effect", "alpha") if k in d})
 
 
-def analyze(doc: dict[str, Any]) -> dict[str, Any]:
+def analyze(doc: dict[str, Any]) -> JSONObject:
     spec_ab = (doc.get("spec") or {}).get("ab") or {}
     design = _design(spec_ab)
     kids = {c["run_id"]: c["doc"] for c in (doc.get("children") or {}).values()}
     blocks = [{k: kids[rid] for k, rid in b["runs"].items() if rid in kids}
               for b in (doc.get("extra") or {}).get("blocks") or []]
     rows = ab.judge(ab.rows_of(blocks, tuple(spec_ab.get("metrics") or ())), design, True)
-    return {"ab": as_json(rows, design, len(blocks), str(doc.get("run_id")))}
+    return {"ab": AbVerdict(str(doc.get("run_id")), len(blocks), design, rows).as_json()}
 
 
-def present(doc: dict[str, Any], findings: dict[str, Any]) -> tuple[list[str], list[Section]]:
+def present(doc: dict[str, Any], findings: Mapping[str, Any]) -> tuple[list[str], list[Section]]:
     spec_ab = (doc.get("spec") or {}).get("ab") or {}
-    f = findings["ab"]
-    rows = [ab.Row(**r) for r in f["rows"]]
-    design = _design(spec_ab)
-    return [headline(rows, design, f["blocks"])], [section(rows, design, f["blocks"], spec_ab.get("variants") or {})]
+    v = AbVerdict.from_json(findings["ab"], _design(spec_ab))
+    return [headline(v.rows, v.design, v.blocks)], [section(v.rows, v.design, v.blocks, spec_ab.get("variants") or {})]

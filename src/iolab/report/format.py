@@ -142,6 +142,19 @@ def is_numeric_cell(value: Any) -> bool:
     return (_is_number(value) and not isinstance(value, bool)) or ci_parts(value) is not None
 
 
+def numeric_column(rows: list[list[Any]], c: int) -> bool:
+    """Column c is numeric (right-aligned) when at least half its filled cells are numbers."""
+    values = [row[c] for row in rows if c < len(row) and row[c] is not None]
+    return bool(values) and sum(is_numeric_cell(v) for v in values) * 2 >= len(values)
+
+
+def cell_note(cell_notes: list[list[str | None]] | None, r: int, c: int) -> str | None:
+    """The note on cell (r, c) of a table (`Table.cell_notes`), None where there is none."""
+    if not cell_notes or r >= len(cell_notes) or c >= len(cell_notes[r]):
+        return None
+    return cell_notes[r][c] or None
+
+
 def _is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 

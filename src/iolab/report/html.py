@@ -17,23 +17,11 @@ from markupsafe import Markup
 from iolab import __version__
 from iolab.report.charts import chart_svg
 from iolab.report.exporter import Exporter
-from iolab.report.format import (
-    failure_groups,
-    fmt_cell,
-    fmt_num,
-    fmt_param,
-    is_numeric_cell,
-    is_tcg,
-    machine_facts,
-    metric_names,
-    param_names,
-    run_date,
-    trial_counts,
-)
+from iolab.report.format import cell_note, fmt_cell, is_numeric_cell, numeric_column
 from iolab.report.model import Chart, Link, Note, Section, Table, Tag
+from iolab.report.run_view import run_header, trials_appendix
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
-MAX_TRIAL_METRICS = 8  # the appendix stays readable; the CSV has every metric
 PROSE_CHARS = 32       # a text cell longer than this is a sentence: it wraps
 
 
@@ -62,21 +50,22 @@ def build_context(doc: dict[str, Any], sections: list[Section], summary: list[st
     """Everything the template shows, formatted."""
     env = doc.get("environment") or {}
     trials = doc.get("trials") or []
+    head = run_header(doc)
     counter = _Counter()
     views = [_section_view(s, counter) for s in sections]
     return {
-        "study": str(doc.get("study") or "study"),
-        "run_id": str(doc.get("run_id") or "—"),
-        "status": str(doc.get("status") or "unknown"),
-        "date": run_date(doc),
-        "facts": machine_facts(env),
-        "tcg": is_tcg(env),
-        "counts": trial_counts(doc),
+        "study": head.study,
+        "run_id": head.run_id,
+        "status": head.status,
+        "date": head.date,
+        "facts": head.facts,
+        "tcg": head.tcg,
+        "counts": head.counts,
         "summary": list(summary),
         "sections": views,
-        "failed": _failed_trials(trials),
+        "failed": head.failures,  # shown outside the collapsed appendix: nobody should miss them
         "failed_count": sum(1 for t in trials if t.get("status") != "ok"),
-        "trials": _trials_view(trials),
+        "trials": trials_appendix(trials),
         "environment": _env_rows(env),
         "spec": json.dumps(doc["spec"], indent=2, sort_keys=True, default=str) if doc.get("spec") else "",
         "source": str(doc.get("source") or ""),
@@ -143,13 +132,13 @@ def _chart_view(chart: Chart, uid: str) -> dict[str, Any]:
 def _table_view(table: Table, uid: str) -> dict[str, Any]:
     """Formatted cells, alignment per column, and numbered footnotes for cell notes."""
     ncols = len(table.columns)
-    numeric = [_column_is_numeric(table.rows, c) for c in range(ncols)]
+    numeric = [numeric_column(table.rows, c) for c in range(ncols)]
     footnotes: dict[str, int] = {}
     rows = []
     for r, row in enumerate(table.rows):
         cells = []
         for c, value in enumerate(row):
-            note = _cell_note(table.cell_notes, r, c)
+            note = cell_note(table.cell_notes, r, c)
             marker = footnotes.setdefault(note, len(footnotes) + 1) if note else None
             cells.append(
                 {
@@ -176,48 +165,7 @@ def _table_view(table: Table, uid: str) -> dict[str, Any]:
     }
 
 
-def _column_is_numeric(rows: list[list[Any]], c: int) -> bool:
-    values = [row[c] for row in rows if c < len(row) and row[c] is not None]
-    return bool(values) and sum(is_numeric_cell(v) for v in values) * 2 >= len(values)
-
-
-def _cell_note(cell_notes: list[list[str | None]] | None, r: int, c: int) -> str | None:
-    if not cell_notes or r >= len(cell_notes) or c >= len(cell_notes[r]):
-        return None
-    note = cell_notes[r][c]
-    return note or None
-
-
 # --------------------------------------------------------------------------- appendices
-
-
-def _trials_view(trials: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every trial, one row: axis values, status, error, the first metrics, flags."""
-    params = param_names(trials)
-    metrics = metric_names(trials)
-    shown = metrics[:MAX_TRIAL_METRICS]
-    rows = []
-    for t in trials:
-        p = t.get("params") or {}
-        m = t.get("metrics") or {}
-        rows.append(
-            {
-                "id": str(t.get("id", "")),
-                "params": [fmt_param(p.get(k), k) if k in p else "—" for k in params],
-                "repetition": t.get("repetition", ""),
-                "status": str(t.get("status", "")),
-                "ok": t.get("status") == "ok",
-                "error": t.get("error") or "",
-                "metrics": [fmt_num(m.get(k)) for k in shown],
-                "flags": [{"name": str(f).split(":", 1)[0].strip(), "text": str(f)} for f in (t.get("flags") or [])],
-            }
-        )
-    return {"params": params, "metrics": shown, "hidden_metrics": len(metrics) - len(shown), "rows": rows}
-
-
-def _failed_trials(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Failures grouped by error, shown outside the collapsed appendix: nobody should miss them."""
-    return failure_groups(trials)
 
 
 def _env_rows(env: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:

@@ -10,24 +10,9 @@ import json
 from typing import Any
 
 from iolab.report.exporter import Exporter
-from iolab.report.format import (
-    failure_groups,
-    fmt_cell,
-    fmt_ci,
-    fmt_num,
-    fmt_param,
-    fmt_size,
-    is_numeric_cell,
-    is_tcg,
-    machine_facts,
-    metric_names,
-    param_names,
-    run_date,
-    trial_counts,
-)
+from iolab.report.format import cell_note, fmt_cell, fmt_ci, fmt_num, fmt_size, numeric_column
 from iolab.report.model import Chart, Link, Note, Section, Series, Table
-
-MAX_TRIAL_METRICS = 8
+from iolab.report.run_view import run_header, trials_appendix
 
 
 def render_markdown(doc: dict[str, Any], sections: list[Section], summary: list[str]) -> str:
@@ -42,30 +27,31 @@ def render_markdown(doc: dict[str, Any], sections: list[Section], summary: list[
 
 
 def _header(doc: dict[str, Any]) -> str:
-    counts = trial_counts(doc)
+    head = run_header(doc)
+    counts = head.counts
     lines = [
-        f"# {esc(str(doc.get('study') or 'study'))}",
+        f"# {esc(head.study)}",
         "",
-        f"**Status:** {str(doc.get('status') or 'unknown').upper()} · **Run:** `{doc.get('run_id', '—')}` · "
-        f"**Date:** {run_date(doc)} · **Trials:** {counts['ok']} of {counts['total']} ok"
+        f"**Status:** {head.status.upper()} · **Run:** `{head.run_id}` · "
+        f"**Date:** {head.date} · **Trials:** {counts['ok']} of {counts['total']} ok"
         + (f", {counts['failed']} failed" if counts["failed"] else ""),
     ]
-    facts = machine_facts(doc.get("environment") or {})
-    if facts:
-        lines += ["", "**Machine:** " + " · ".join(f"{k} {esc(v)}" for k, v in facts)]
+    if head.facts:
+        lines += ["", "**Machine:** " + " · ".join(f"{k} {esc(v)}" for k, v in head.facts)]
     return "\n".join(lines)
 
 
 def _summary(doc: dict[str, Any], summary: list[str]) -> str:
+    head = run_header(doc)
     lines = ["## Summary", ""]
     lines += [f"- {esc(line)}" for line in summary] or ["_No headline findings._"]
-    if is_tcg(doc.get("environment") or {}):
+    if head.tcg:
         lines += ["", note_md(Note("guests ran under TCG software emulation (no KVM): guest speed and host/guest "
                                    "ratios are not representative; counts still hold.", "warn"))]
-    counts = trial_counts(doc)
+    counts = head.counts
     if counts["failed"] or doc.get("status") not in (None, "complete"):
         lines += ["", f"> ⚠ **Run {doc.get('status')}: {counts['failed']} of {counts['total']} trials failed.**"]
-        for g in failure_groups(doc.get("trials") or []):
+        for g in head.failures:
             first = g["ids"][0]
             who = f"`{first}` ({esc(g['where'])})" if g["count"] == 1 else f"{g['count']} trials (`{first}`, …)"
             lines.append(f"> - {who}: {esc(g['error'])}")
@@ -103,12 +89,12 @@ def table_md(table: Table) -> str:
             text = esc(fmt_cell(value))
             if isinstance(value, Link):
                 text = f"[{text}]({value.href})"
-            note = _cell_note(table, r, c)
+            note = cell_note(table.cell_notes, r, c)
             if note:
                 text += f" [{footnotes.setdefault(note, len(footnotes) + 1)}]"
             cells.append(text)
         rows.append(cells)
-    numeric = [_numeric_column(table.rows, c) for c in range(len(table.columns))]
+    numeric = [numeric_column(table.rows, c) for c in range(len(table.columns))]
     out = [f"### {esc(table.title)}"]
     out += [note_md(n) for n in table.notes if n.level == "warn"]
     out.append(pipe_table([esc(c) for c in table.columns], rows, numeric))
@@ -137,21 +123,18 @@ def chart_md(chart: Chart) -> str:
 
 
 def _trials(trials: list[dict[str, Any]]) -> str:
-    params = param_names(trials)
-    metrics = metric_names(trials)[:MAX_TRIAL_METRICS]
-    header = ["trial"] + [esc(p) for p in params] + ["rep", "status"] + [esc(m) for m in metrics] + ["flags", "error"]
-    rows = []
-    for t in trials:
-        p, m = t.get("params") or {}, t.get("metrics") or {}
-        status = str(t.get("status", ""))
-        rows.append(
-            [f"`{t.get('id', '')}`"]
-            + [esc(fmt_param(p.get(k), k)) for k in params]
-            + [str(t.get("repetition", "")), status if status == "ok" else f"**{status.upper()}**"]
-            + [fmt_num(m.get(k)) for k in metrics]
-            + [esc(", ".join(str(f) for f in t.get("flags") or [])), esc(str(t.get("error") or ""))]
-        )
-    numeric = [False] * (1 + len(params)) + [True, False] + [True] * len(metrics) + [False, False]
+    view = trials_appendix(trials)
+    header = (["trial"] + [esc(p) for p in view.params] + ["rep", "status"] + [esc(m) for m in view.metrics]
+              + ["flags", "error"])
+    rows = [
+        [f"`{t.id}`"]
+        + [esc(p) for p in t.params]
+        + [t.repetition, t.status if t.ok else f"**{t.status.upper()}**"]
+        + list(t.metrics)
+        + [esc(", ".join(f.text for f in t.flags)), esc(t.error)]
+        for t in view.rows
+    ]
+    numeric = [False] * (1 + len(view.params)) + [True, False] + [True] * len(view.metrics) + [False, False]
     return "\n\n".join(["## Trials", pipe_table(header, rows, numeric)])
 
 
@@ -209,18 +192,6 @@ def _x_values(series: list[Series]) -> list[Any]:
     if xs and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
         xs.sort()
     return xs
-
-
-def _numeric_column(rows: list[list[Any]], c: int) -> bool:
-    values = [row[c] for row in rows if c < len(row) and row[c] is not None]
-    return bool(values) and sum(is_numeric_cell(v) for v in values) * 2 >= len(values)
-
-
-def _cell_note(table: Table, r: int, c: int) -> str | None:
-    cn = table.cell_notes
-    if not cn or r >= len(cn) or c >= len(cn[r]):
-        return None
-    return cn[r][c] or None
 
 
 class MarkdownExporter(Exporter):

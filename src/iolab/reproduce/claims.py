@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from iolab.analysis import budget as spend
 from iolab.analysis.findings import Findings
 from iolab.analysis.record import Decided, Est, Record, finite_or_none
 from iolab.analysis.sequential import RunEstimator
@@ -41,7 +42,6 @@ from iolab.analysis.trials import Doc, Params, Trial, relative_resolution
 from iolab.analysis.verdicts import (
     DIFFERS,
     HOLDS,
-    PROJECT_MAX,
     UNDECIDED,
     UNTESTABLE,
     Band,
@@ -49,6 +49,7 @@ from iolab.analysis.verdicts import (
     ReportedVerdict,
     combine,
     config_ids_of,
+    repetitions_to_decide,
 )
 from iolab.studies import builtin
 from iolab.studies.cgroup_weights import analysis as cgroup_weights
@@ -147,11 +148,10 @@ def decide(items: Sequence[tuple[Measured, Band]]) -> tuple[str, Decision | None
     open_ = [m for m, band in items if band.decide(m.est.lo, m.est.hi) == UNDECIDED]
     configs = tuple(dict.fromkeys(c for m in open_ for c in m.configs))
     ids = tuple(dict.fromkeys(i for m in open_ for i in m.ids))
-    n = min(m.est.n for m in open_)
-    for k in range(1, max(PROJECT_MAX - n, 0) + 1):
-        if combine(band.decide(m.project(k).lo, m.project(k).hi) for m, band in items) != UNDECIDED:
-            return verdict, Decision(k, configs, ids)
-    return verdict, Decision(None, configs, ids)
+    more = repetitions_to_decide(
+        min(m.est.n for m in open_),
+        lambda k: combine(band.decide(m.project(k).lo, m.project(k).hi) for m, band in items) != UNDECIDED)
+    return verdict, Decision(more, configs, ids)
 
 
 def undecided_words(decision: Decision | None) -> str:
@@ -371,14 +371,14 @@ def _r2_knee(doc: Doc, ctx: Ctx) -> Verdict:
     verdict = HOLDS if inside else DIFFERS if outside else UNDECIDED
     decision = None
     if verdict == UNDECIDED:
-        n = min(c.n for c in curve.values())
-        decision = Decision(None, ())
-        for k in range(1, max(PROJECT_MAX - n, 0) + 1):
+
+        def knee_decided(k: int) -> bool:
             f2, l2 = _knee_bounds({b: m.project(k) for b, m in ms.items()}, frac)
-            if lo_ok <= f2 and l2 <= hi_ok or l2 < lo_ok or f2 > hi_ok:
-                decision = Decision(k, tuple(f"bs={_size(b)}" for b in sizes),
-                                    tuple(i for m in ms.values() for i in m.ids))
-                break
+            return lo_ok <= f2 and l2 <= hi_ok or l2 < lo_ok or f2 > hi_ok
+
+        more = repetitions_to_decide(min(c.n for c in curve.values()), knee_decided)
+        decision = (Decision(more, tuple(f"bs={_size(b)}" for b in sizes), tuple(i for m in ms.values() for i in m.ids))
+                    if more is not None else Decision(None, ()))
     side = "later" if first > hi_ok else "earlier"
     reason = {HOLDS: f"O_SYNC reaches {frac:.0%} of its best throughput from {_size(knee)} on, as R2 saw at 64 KiB "
                      f"(every size's interval puts the knee between {_size(first)} and {_size(last)})",
@@ -713,10 +713,23 @@ def evaluate(children: dict[str, Doc], quick: bool) -> list[ClaimRow]:
     for c in CLAIMS:
         doc = children.get(c.study)
         v = first[c.id] if first[c.id].verdict == UNTESTABLE else _safe(c, doc, Ctx(quick, family))
+        v = _left_open(v, doc, c.study)
         rows.append(ClaimRow(id=c.id, reference=c.reference, study=c.study, claim=c.text, rule=c.rule,
                              verdict=v.verdict, value=v.value, reason=v.reason, estimate=v.estimate,
                              intervals=v.intervals, decide=v.decide, run_id=doc.get("run_id") if doc else None))
     return rows
+
+
+def _left_open(v: Verdict, doc: Doc | None, study: str) -> Verdict:
+    """A claim a time budget left unmeasured is undecided, left open by the budget, not 'not
+    testable here' (which says this machine or matrix cannot answer it): what the run measured
+    before the budget ended it inside its minimum is said, and nothing is claimed."""
+    cut = spend.cut_short(doc, study) if doc is not None and v.verdict == UNTESTABLE else None
+    if cut is None:
+        return v
+    said = "" if v.reason.startswith(f"the {study} study has no successful trial") else \
+        f"; what it measured so far says: {v.reason}"
+    return Verdict(UNDECIDED, v.value, f"left open by the budget: {cut[0]}{said}")
 
 
 def study_verdicts(study: str, children: dict[str, Doc], quick: bool) -> list[ReportedVerdict]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from iolab.analysis import budget as spend
+from iolab.analysis.budget_record import BudgetSection
 from iolab.analysis.findings import Findings
 from iolab.analysis.record import JSONObject, Record
 from iolab.analysis.trials import Doc
@@ -45,7 +46,6 @@ class PageFindings(Findings):
     counts: dict[str, int]
     family: PageFamily
     studies: dict[str, ChildRun]
-    budget: JSONObject | None = None  # only with a time budget (page.budget_of)
 
 
 def findings(doc: Doc) -> PageFindings:
@@ -55,10 +55,20 @@ def findings(doc: Doc) -> PageFindings:
     counts = Counter(r.verdict for r in rows)
     out = PageFindings(quick=quick, claims=rows, counts={v: counts.get(v, 0) for v in VERDICT_ORDER},
                        family=claims.family_of(rows),
-                       studies={name: ChildRun(**{k: v for k, v in c.items() if k != "doc"})
-                                for name, c in (doc.get("children") or {}).items()})
+                       studies={name: _child_run(name, c) for name, c in (doc.get("children") or {}).items()})
     budget = budget_of(doc, rows)
-    return out if budget is None else out.model_copy(update={"budget": budget})
+    return out if budget is None else out.model_copy(update={"budget": BudgetSection.from_json(budget)})
+
+
+def _child_run(name: str, c: Mapping[str, Any]) -> ChildRun:
+    """A study's row in 'Study runs': its status says when the time budget, not a failure, stopped it."""
+    run = ChildRun(**{k: v for k, v in c.items() if k != "doc"})
+    cut = spend.cut_short(c.get("doc") or {}, name)
+    if cut is None or run.status == "complete":
+        return run
+    stopped = "not reached: the budget ran out before its first trial" if not (c.get("doc") or {}).get("trials") \
+        else "stopped by the budget inside its minimum"
+    return run.model_copy(update={"status": f"{run.status} ({stopped})"})
 
 
 def budget_of(doc: Doc, rows: list[ClaimRow]) -> JSONObject | None:
@@ -74,19 +84,21 @@ def budget_of(doc: Doc, rows: list[ClaimRow]) -> JSONObject | None:
         b = (child.get("extra") or {}).get("budget")
         if not isinstance(b, dict):
             continue
-        studies[r.study] = {k: b.get(k) for k in ("seconds", "spent_s", "exhausted", "hard")}
+        cut = spend.cut_short(child, r.study)
+        studies[r.study] = {**{k: b.get(k) for k in ("seconds", "spent_s", "exhausted", "hard")},
+                            "reached": bool(child.get("trials"))}
         cap = ((child.get("spec") or {}).get("study") or {}).get("max_repetitions")
         _, room = spend.repetitions_left(child, cap if isinstance(cap, int) else 10)
         times = spend.trial_times(child)
         ran_out = bool(b.get("exhausted")) or b.get("phase") == "done"
         verdict = ReportedVerdict(r.id, r.claim, r.verdict, r.decide)
-        [row] = spend.account([verdict], room, functools.partial(_time_of, times), ran_out)
+        [row] = spend.account([verdict], room, functools.partial(_time_of, times), ran_out, cut)
         verdicts.append({**row, "study": r.study, "reference": r.reference})
     if not isinstance(own, dict) and not studies:
         return None
     total: JSONObject
     if isinstance(own, dict):
-        total = {k: own.get(k) for k in ("seconds", "spent_s", "exhausted")}
+        total = {k: own.get(k) for k in ("seconds", "spent_s", "exhausted", "plan") if k in own}
     else:  # each quick study had its own budget
         total = {"seconds": sum(float(v.get("seconds") or 0) for v in studies.values()),
                  "spent_s": sum(float(v.get("spent_s") or 0) for v in studies.values()),
@@ -106,7 +118,7 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
     summary = [f"{len(f.claims)} published claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_ORDER),
                family_words(fam)]
     summary += [f"{r.id} {r.verdict}: {r.reason}" for r in f.claims if r.verdict == claims.DIFFERS]
-    budget = f.budget
+    budget = f.budget.to_json() if f.budget is not None else None
     under = {str(r["id"]): r for r in (budget or {}).get("verdicts") or []}
     if budget:
         summary.append(spend.summary_words(budget, [r for r in under.values() if r["status"] != spend.NOT_TESTABLE]))
@@ -137,12 +149,16 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
     sections.insert(0, Section("How the verdicts are decided", [Note(family_words(fam), "info")], intro=(
         "holds: every interval the claim reads lies inside its band (or beyond its threshold; for a claim of "
         "equality, an equivalence test); differs: an interval lies wholly outside it; undecided: an interval "
-        "straddles an edge, and the reason says how many more repetitions would likely decide it; not testable "
+        "straddles an edge, and the reason says how many more repetitions would likely decide it (or a time budget "
+        "left the claim unmeasured: 'left open by the budget'); not testable "
         "here: this machine or this run cannot answer it. An interval that merely touches a band decides "
         "nothing (docs/reproduce.md).")))
     if f.quick:
+        why = ("This reproduction's time budget could not afford the full studies' minimum, so every study ran its "
+               "quick matrix, as `iolab reproduce --quick`: reduced matrices," if (doc.get("options") or {})
+               .get("quick_by_budget") else "This is `iolab reproduce --quick`: reduced matrices,")
         sections.insert(0, Section("Quick reproduction", [Note(
-            "This is `iolab reproduce --quick`: reduced matrices, so claims that need the full matrix (more groups, "
+            f"{why} so claims that need the full matrix (more groups, "
             "the application beside the groups, every record size) are 'not testable here'. Run `iolab reproduce` "
             "for all of them.", "warn")]))
     return summary, sections
@@ -174,6 +190,8 @@ def budget_section(budget: Mapping[str, Any]) -> Section:
     left = [r for r in rows if r["status"] != spend.DECIDED]
     tone: Any = "warn" if budget.get("exhausted") else "info"
     blocks: list[Note | Table] = [Note(spend.summary_words(budget, rows), tone)]
+    if budget.get("plan"):
+        blocks.append(Note(str(budget["plan"]), "info"))
     if decided:
         blocks.append(Table("Decided within the budget", ["claim", "study", "verdict"],
                             [[r["id"], r["study"], r["verdict"]] for r in decided]))
@@ -184,14 +202,22 @@ def budget_section(budget: Mapping[str, Any]) -> Section:
     if studies:
         blocks.append(Table("The budget per study", ["study", "budget", "spent", "ran out"],
                             [[name, spend.fmt_seconds(v.get("seconds")), spend.fmt_seconds(v.get("spent_s")),
-                              "yes" if v.get("exhausted") else "no"] for name, v in studies.items()]))
+                              ("yes" if v.get("exhausted") else "no")
+                              + ("" if v.get("reached", True) else " (before its first trial)")]
+                             for name, v in studies.items()]))
     intro = ("Each study first ran every configuration to its minimum, then spent further repetitions on its claims "
              "still undecided that more repetitions would likely decide (the most decisions per second first), "
              "then on intervals wider than its target, never starting a round the measured trial times said could "
              "not finish. ")
-    intro += ("Each quick study had its own budget." if budget.get("per_study") else
-              "The reproduction's budget was shared among the studies in turn, in proportion to what each needs; "
-              "what one left unspent went to the next.")
+    if budget.get("per_study"):
+        intro += "Each quick study had its own budget."
+    elif budget.get("plan"):  # too little for every minimum (reproduce/session.py): no intervals, cheapest claim first
+        intro = ("The budget could not afford every study's minimum: each study it reached ran its minimum, then "
+                 "repetitions on its claims still undecided that more repetitions would likely decide, never starting "
+                 "a round the measured trial times said could not finish; how it was shared is below.")
+    else:
+        intro += ("The reproduction's budget was shared among the studies in turn, in proportion to what each needs; "
+                  "what one left unspent went to the next.")
     return Section("The time budget", blocks, intro=intro)
 
 

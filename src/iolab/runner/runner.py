@@ -101,6 +101,7 @@ class Runner:
         self.reporter: Reporter = reporter_for(self.console)
         self.problems: list[dict[str, str]] = []  # teardown errors of this session (extra.problems)
         self._session_trial_s: dict[str, list[float]] = defaultdict(list)  # per target, while it is up
+        self._dependence: dict[tuple[str, tuple[int, ...]], bool] = {}  # _run_dependent, per repetition counts
         if store is not None:  # what the store does on its own (results kept in its spool, written later);
             reporter = self.reporter  # only the reporter: a study hook reaches the store, never the runner
             store.notify = lambda text: reporter.message(f"[yellow]{escape(text)}[/yellow]")
@@ -357,7 +358,18 @@ class Runner:
         if c.id in self.skipped:
             return False
         st = self.state[c.id]
-        return bool(self.stop_rule(c).wants_more(st.ok_values, st.failures))
+        return bool(self.stop_rule(c).wants_more(st.ok_values, st.failures, self._run_dependent(c)))
+
+    def _run_dependent(self, c: Config) -> bool:
+        """The run's lag-1 dependence of c's main metric, pooled over every configuration measuring
+        it, is significant (plan.run_dependence): c then goes on to its cap. Recomputed only when a
+        repetition arrived (the key is the metric and every configuration's count)."""
+        metric = self.main_metric(c)
+        peers = [p for p in self.spec.configs if self.main_metric(p) == metric]
+        key = (metric, tuple(len(self.state[p.id].ok_values) for p in peers))
+        if key not in self._dependence:
+            self._dependence[key] = plan.run_dependence([self.state[p.id].ok_values for p in peers])
+        return self._dependence[key]
 
     # -- what a budget's schedule asks (runner/schedule.py Runs) --------------------------------
     def groups(self) -> list[plan.TargetGroup]:
@@ -498,11 +510,15 @@ class Runner:
 
     def _final_status(self) -> str:
         """failed: no success at all; partial: a configuration short of its minimum (abandoned
-        after failures, or its target failed); complete: every configuration has its minimum."""
+        after failures, its target failed, or a time budget ended the run first: a budget that ran
+        out before the first trial leaves a run that did not fail, only did not start, and resumes);
+        complete: every configuration has its minimum."""
         s = self.spec.settings
         oks = [len(self.state[c.id].ok_values) for c in self.spec.configs]
         if not any(oks):
-            return "failed"
+            stopped = self.schedule is not None and self.schedule.ran_out and \
+                not any(self.state[c.id].failures for c in self.spec.configs)
+            return "partial" if stopped else "failed"
         return "complete" if all(n >= s.repetitions for n in oks) else "partial"
 
 

@@ -107,6 +107,7 @@ class Schedule:
         self.sessions = 1
         self.steps: list[dict[str, Any]] = []
         self.minimum_short = ""
+        self.minimum_s: float | None = None  # the workloads' estimate of what the minimum still needed at the start
         self.step: spend.Step | None = None
         self.until: float | None = None  # phase 3: where this group's share of the budget ends (spent seconds)
         self._runs: Runs | None = None
@@ -198,6 +199,7 @@ class Schedule:
                 if runs.runnable(c) and runs.n_ok(c) < runs.min_reps()]
         est = sum(k * self.trial_s(c.id) for c, k in need)
         left = self.clock.left()
+        self.minimum_s = est
         head = (f"budget {spend.fmt_seconds(self.clock.seconds)}"
                 + (f" ({spend.fmt_seconds(left)} left after earlier sessions)" if self.clock.spent_before else ""))
         if need and est > left:
@@ -320,6 +322,8 @@ class Schedule:
                                   "hard": self.budget.hard, "source": self.budget.source, "steps": self.steps}
         if self.minimum_short:
             record["minimum_short"] = self.minimum_short
+        if self.minimum_s is not None:
+            record["minimum_s"] = round(self.minimum_s, 1)
         if verdicts is not None:
             record["verdicts"] = verdicts
         try:
@@ -330,7 +334,13 @@ class Schedule:
     def finish(self, runs: Runs) -> list[dict[str, Any]]:
         """Store and say which verdicts the budget decided and which it left open."""
         room = {c.id: runs.room(c) if runs.runnable(c) else 0 for g in runs.groups() for c in g.configs}
-        rows = spend.account(self._verdicts(runs), room, self.trial_s, ran_out=self.ran_out or self.phase == "done")
+        cut = None
+        if self.ran_out and self.phase == "minimum":
+            ok = sum(runs.n_ok(c) for g in runs.groups() for c in g.configs)
+            cut = ((f"it ran out inside the minimum ({ok} trial(s) measured)" if ok else
+                    "it ran out before the first trial"), self.minimum_s)
+        rows = spend.account(self._verdicts(runs), room, self.trial_s, ran_out=self.ran_out or self.phase == "done",
+                             cut=cut)
         self._save(runs, rows)
         budget = {"seconds": self.clock.seconds, "spent_s": self.clock.spent(), "exhausted": self.ran_out}
         runs.message(spend.summary_words(budget, rows))

@@ -1,7 +1,8 @@
 """The built-in guest: the host's Debian kernel plus a small initramfs.
 
-The initramfs holds busybox, fio with every shared library it links, the storage
-modules (resolved through modules.dep), an init script and iolab's agent. It is cached
+The initramfs holds busybox, fio (a static build of the host's fio version when set-up made
+one, native/guest_fio.py; else Debian's fio with every shared library it links), mke2fs, the
+storage modules (resolved through modules.dep), an init script and iolab's agent. It is cached
 under cache_dir()/guest/<hash>/, where the hash covers the bytes of every input, so any
 package upgrade or source change produces a new image and nothing stale is reused.
 
@@ -24,13 +25,16 @@ from importlib import resources
 from pathlib import Path
 
 from iolab.core import paths
+from iolab.core.digests import sha256_file
 from iolab.core.errors import CapabilityMissing
+from iolab.native import guest_fio
 from iolab.vm import cpio, pvh
 
 FORMAT_VERSION = "1"  # bump when the image layout changes in a way the inputs do not show
 KEEP_IMAGES = 4  # cached images kept (most recently used); a workload with extra binaries has its own
 COMPRESS = False  # measured: an uncompressed cpio boots faster under TCG (no gunzip in the guest)
-DEFAULT_BINARIES = ("/usr/bin/fio", "/usr/sbin/mke2fs")  # mke2fs: guest_fs="ext4"
+GUEST_FIO = "/usr/bin/fio"  # which build: guest_fio.for_guest(), recorded as the manifest's guest_fio
+DEFAULT_BINARIES = (GUEST_FIO, "/usr/sbin/mke2fs")  # mke2fs: guest_fs="ext4"
 # Kernel modules by group. The image holds all of them; init loads "base" plus the groups
 # named in the kernel argument iolab_modules= (all groups if absent), because under TCG
 # each module costs boot time (insmod, relocation, and device probing such as IDE ports).
@@ -218,10 +222,19 @@ def _is_elf(path: Path) -> bool:
         return fh.read(4) == b"\x7fELF"
 
 
+def fio_entries(fio: guest_fio.GuestFio) -> list[cpio.Entry]:
+    """fio at /usr/bin/fio: the static build alone, or Debian's with its libraries."""
+    if fio.build == "static-minimal":
+        return [cpio.file_from(GUEST_FIO, fio.binary)]
+    return binary_entries(fio.binary, GUEST_FIO)
+
+
 def image_entries(release: str, extra_binaries: Iterable[Path | str] = (),
                   extra_files: Mapping[str, Path | str] | None = None,
-                  extra_trees: Mapping[str, Path] | None = None) -> list[cpio.Entry]:
-    """Every member of the initramfs; the image hash is computed over these."""
+                  extra_trees: Mapping[str, Path] | None = None,
+                  fio: guest_fio.GuestFio | None = None) -> list[cpio.Entry]:
+    """Every member of the initramfs; the image hash is computed over these. fio: which fio
+    the guest carries (default: guest_fio.for_guest())."""
     moddir = Path("/lib/modules") / release
     mods = module_closure(moddir, [m for group in MODULE_GROUPS.values() for m in group])
     entries = [
@@ -240,8 +253,10 @@ def image_entries(release: str, extra_binaries: Iterable[Path | str] = (),
     entries.append(cpio.symlink("sbin/modprobe", "/bin/busybox"))
     if Path("/etc/mke2fs.conf").exists():
         entries.append(cpio.file_from("etc/mke2fs.conf", Path("/etc/mke2fs.conf"), 0o644))
+    entries += fio_entries(fio or guest_fio.for_guest())  # first: an extra /usr/bin/fio does not replace it
     for b in [*DEFAULT_BINARIES, *extra_binaries]:
-        entries += binary_entries(Path(b))
+        if str(b) != GUEST_FIO:
+            entries += binary_entries(Path(b))
     for guest_path, host in (extra_files or {}).items():
         entries += binary_entries(Path(host), guest_path)
     for guest_dir, host_dir in (extra_trees or {}).items():
@@ -278,11 +293,7 @@ def content_digest(kernel: Path, entries: list[cpio.Entry]) -> str:
 
 
 def _file_hash(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(p)
 
 
 def build_guest(extra_binaries: Iterable[Path | str] = (),
@@ -300,10 +311,11 @@ def build_guest(extra_binaries: Iterable[Path | str] = (),
         kernel, release = host_kernel()
     else:
         release = _release_of(kernel)
-    entries = image_entries(release, extra_binaries, extra_files, extra_trees)
+    fio = guest_fio.for_guest()
+    entries = image_entries(release, extra_binaries, extra_files, extra_trees, fio)
     digest = content_digest(kernel, entries)
     out = paths.cache_dir() / "guest" / digest
-    meta = {"binaries": sorted({*DEFAULT_BINARIES, *map(str, extra_binaries)}),
+    meta = {"binaries": sorted({*DEFAULT_BINARIES, *map(str, extra_binaries)}), "guest_fio": fio.manifest(),
             "extra_files": sorted((extra_files or {}).keys()),
             **({"extra_trees": sorted(extra_trees)} if extra_trees else {}),
             "modules": (Path("/lib/modules") / release).name}

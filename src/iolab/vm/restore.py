@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from iolab.core.digests import sha256_file
 from iolab.core.errors import CapabilityMissing, InputError
 from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
@@ -110,11 +111,7 @@ def file_digest(path: Path) -> str:
 @functools.lru_cache(maxsize=64)
 def _digest(path: str, _ino: int, _size: int, _mtime_ns: int) -> str:
     """sha256 of a file, once per process per (path, inode, size, mtime)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(path)
 
 
 def qemu_identity() -> dict[str, str]:

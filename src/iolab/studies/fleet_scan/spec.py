@@ -25,7 +25,7 @@ TOLERANCE = 0.05  # a host within ±5 % of the fleet median is never named, howe
 
 def build(quick: bool) -> dict[str, Any]:
     reps = 5  # quick too: with 3 a side, Welch has ~2 degrees of freedom and even a 90x change
-    # cannot survive Holm over the ~100 rows a fleet comparison has (measured: "too noisy")
+    # cannot survive Holm over the ~100 rows a fleet comparison has (measured: "undecided")
     timing = {"runtime": 2 if quick else 20, "ramp_time": 0.5 if quick else 2, "size": "32M" if quick else "1G"}
     return {
         "study": {"name": NAME, "analysis": NAME, "repetitions": reps, "max_repetitions": reps,

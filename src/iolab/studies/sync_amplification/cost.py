@@ -34,12 +34,11 @@ from iolab.analysis.trials import Doc, Trial, relative_resolution
 from iolab.analysis.verdicts import (
     DIFFERS,
     HOLDS,
-    PROJECT_MAX,
     UNDECIDED,
     UNTESTABLE,
     Band,
-    Decision,
     config_ids_of,
+    more_needed,
 )
 from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification.spec import APPS, COST_BASELINE, COST_VARIANTS
@@ -199,10 +198,9 @@ def verdict_rows(doc: Doc, tcg: bool, family: int | None = None) -> list[Against
         said, why = verdict(e, cls, tcg)
         decide = None
         if said == UNDECIDED:
-            decide = Decision(next((k for k in range(1, max(PROJECT_MAX - e.n, 0) + 1)
-                                    if band_of(cls).decide(*_ends(est.projected_ratio(thr, base, k))) != UNDECIDED),
-                                   None), (f"{app} on {variant}", f"{app} on {COST_BASELINE}"),
-                              config_ids_of(_app_trials(doc, app, variant) + _app_trials(doc, app, COST_BASELINE)))
+            decide = more_needed(band_of(cls), est.ratio_ahead(thr, base), e.n,
+                                 (f"{app} on {variant}", f"{app} on {COST_BASELINE}"),
+                                 config_ids_of(_app_trials(doc, app, variant) + _app_trials(doc, app, COST_BASELINE)))
             why += "; " + decide.words()
         out.append(AgainstR3(app=app, r3_name=spec["r3"], r3_gain_pct=spec["r3_gain_pct"], configuration=variant,
                              claim=cls, measured=e,
@@ -210,9 +208,6 @@ def verdict_rows(doc: Doc, tcg: bool, family: int | None = None) -> list[Against
                              verdict=said, reason=why, decide=decide))
     return out
 
-
-def _ends(e: Estimate) -> tuple[float, float]:
-    return e.lo, e.hi
 
 
 def analyze_cost(doc: Doc, tcg: bool) -> CostFindings | None:

@@ -26,7 +26,7 @@ from iolab.analysis.record import Decided, Est, Quantity, Record, finite_or_none
 from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import Estimate, harmonic_mean_ci
 from iolab.analysis.trials import Params, Trial, relative_resolution
-from iolab.analysis.verdicts import HOLDS, PROJECT_MAX, UNDECIDED, Band, Decision, config_ids_of
+from iolab.analysis.verdicts import HOLDS, UNDECIDED, Band, config_ids_of, more_needed
 
 TOLERANCE = 0.25  # agreement band: helper/fio within [1/1.25, 1.25]
 SAME_RATE = 0.2   # commits (or flushes) per write closer than this (relative) count as the same
@@ -142,10 +142,9 @@ def crosscheck(trials: list[Trial], helper_trials: list[Trial], est: RunEstimato
         why = reason(mode, bs, said, ratio, evidence, h_vals, f_vals)
         decision = None
         if said == UNDECIDED and h_vals and f_vals:
-            more = next((k for k in range(1, max(PROJECT_MAX - min(len(h_vals), len(f_vals)), 0) + 1)
-                         if BAND.decide(*_ends(family.projected_ratio(h_vals, f_vals, k))) != UNDECIDED), None)
-            decision = Decision(more, (f"helper {mode} bs={bs}", f"fio {mode} bs={bs}"),
-                                config_ids_of(h_trials + f_trials))
+            decision = more_needed(BAND, family.ratio_ahead(h_vals, f_vals),
+                                   min(len(h_vals), len(f_vals)), (f"helper {mode} bs={bs}", f"fio {mode} bs={bs}"),
+                                   config_ids_of(h_trials + f_trials))
             why += "; " + decision.words()
         rows.append(CrossCheck(
             mode=mode, bs=bs, fio=Quantity.of(family.estimate(f_vals, rel=f_rel), "MiB/s"),
@@ -153,9 +152,6 @@ def crosscheck(trials: list[Trial], helper_trials: list[Trial], est: RunEstimato
             evidence=evidence, verdict=said, agrees=said == HOLDS, reason=why, decide=decision))
     return rows
 
-
-def _ends(e: Estimate) -> tuple[float, float]:
-    return e.lo, e.hi
 
 
 def _ratio(h_vals: list[float], f_vals: list[float], est: RunEstimator, f_rel: float) -> Estimate | None:
