@@ -96,6 +96,6 @@ case "$action" in
     # in parallel: -n auto asks tests/machine.py (usable CPUs + 1, bounded); loadgroup keeps an
     # xdist_group on one worker (the one reproduce run's tests; the whole_machine tests, which run
     # alone and never beside the reproduce run: tests/machine.py)
-    exec .venv/bin/python -m pytest -ra --durations=15 -n auto --dist loadgroup tests ;;
+    exec .venv/bin/python -m pytest -ra --durations=40 -n auto --dist loadgroup tests ;;
   *) echo "usage: $0 [install|demo|test]" >&2; exit 2 ;;
 esac

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,6 +55,7 @@ DEAD_OWNERS_GROUP = "dead_owners"
 _leftovers: dict[str, dict[str, list[str]]] = {}  # owner token -> what it left, reported at the session's end
 _alive: dict[str, list[str]] = {}  # owner token -> its processes still alive at the end (a warning)
 _per_test: dict[str, list[str]] = {}  # test id -> what it left (cgroups, netns) that was not there before it
+_notes: list[str] = []  # the workers' timings of the suite's serial part (machine.NOTES), printed at the end
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -103,14 +105,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     test left of this process's own tagged cgroups and network namespaces, by test id."""
     token = owner.me().token
     before = leaks.counted_now(token)
-    if item.get_closest_marker("whole_machine") is not None:
+    whole = item.get_closest_marker("whole_machine") is not None
+    if whole:
         hold: contextlib.AbstractContextManager[object] = machine.session_lock().exclusive()
     elif "reproduced" in getattr(item, "fixturenames", ()):
         hold = contextlib.nullcontext()
     else:
         hold = machine.session_lock().shared()
-    with hold:
+    with hold as waited:
+        t0 = time.monotonic()
         yield
+    if whole:  # the suite's serial part: what each whole_machine test held the machine for, and waited
+        machine.NOTES.append(f"whole_machine {time.monotonic() - t0:6.0f} s held, {waited:5.0f} s waited: "
+                             f"{item.nodeid}")
     new = sorted(leaks.counted_now(token) - before)
     if new:
         _per_test[item.nodeid] = new
@@ -126,13 +133,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     alive = leaks.processes(token)
     if hasattr(config, "workerinput"):
         config.workeroutput["iolab_leftovers"] = json.dumps({"token": token, "left": mine, "by_test": _per_test,
-                                                            "alive": alive})
+                                                            "alive": alive, "notes": machine.NOTES})
         return
+    _notes.extend(machine.NOTES)
     if mine:
         _leftovers[token] = mine
     if alive:
         _alive[token] = alive
     reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if _notes and reporter is not None:  # the critical path: the reproduce run and the whole_machine tests
+        reporter.write_sep("=", "the suite's serial part (tests/machine.py)")
+        for ln in sorted(_notes):
+            reporter.write_line(ln)
     if _alive:  # a warning: a process still exiting under load must not fail a green run (tests/leaks.py)
         lines = [f"  {tok}: {row}" for tok, rows in sorted(_alive.items()) for row in rows]
         if reporter is not None:
@@ -169,3 +181,4 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     if report.get("alive"):
         _alive[report["token"]] = report["alive"]
     _per_test.update(report["by_test"])
+    _notes.extend(report.get("notes", []))

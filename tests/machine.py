@@ -45,6 +45,7 @@ from pathlib import Path
 ENV_WORKERS = "IOLAB_TEST_WORKERS"
 ENV_LOCK_DIR = "IOLAB_TEST_LOCK_DIR"  # set by the controlling pytest; its workers inherit it
 MIN_WORKERS, MAX_WORKERS = 2, 6
+NOTES: list[str] = []  # this process's timings of the serial part (the reproduce run, whole_machine tests)
 WAIT_LIMIT_S = 5400.0  # a lock not got in 90 min (CI's limit) is a bug (a leaked holder), not a busy machine
 
 

@@ -124,6 +124,8 @@ def reproduced() -> Iterator[Reproduced]:
         result = lab.run("reproduce", "--quick", timeout=3000, check=False)
         seconds = time.monotonic() - t0
     print(f"\nwaited {waited:.0f} s for the whole_machine tests before the reproduce run")
+    machine.NOTES.append(f"reproduce      {seconds:6.0f} s ran,  {waited:5.0f} s waited: iolab reproduce --quick "
+                         f"(exit {result.returncode})")
     print(f"\niolab reproduce --quick: {seconds / 60:.1f} min, exit {result.returncode}")
     assert result.returncode == 0, \
         f"iolab reproduce --quick exited {result.returncode}\n{result.stdout}\n{result.stderr}"
