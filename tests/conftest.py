@@ -63,6 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # the controlling process (or a serial run): one lock directory for the session, inherited by the workers
         os.environ[machine.ENV_LOCK_DIR] = tempfile.mkdtemp(prefix=f"iolab-test-lock-{os.getpid()}-", dir="/tmp")
         config.stash[_LOCK_DIR_MADE] = True
+    if hasattr(config.option, "loadscopereorder"):  # xdist: hand the work out in our order (queue_rank),
+        config.option.loadscopereorder = False      # not its own largest-group-first
 
 
 _LOCK_DIR_MADE = pytest.StashKey[bool]()
@@ -80,11 +82,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker, and a second `iolab reproduce --quick` would cost a quarter of an hour. Put every
     whole_machine test in another: they run one at a time anyway, and queued on one worker only
     that worker waits while the reproduce run excludes them (tests/machine.py). Runs before
-    xdist's own hook, which reads the group marks."""
+    xdist's own hook, which reads the group marks. Then the order the work is handed out in
+    (machine.queue_rank): the reproduce run first, the whole_machine tests last."""
     both = []
+    rank: dict[str, int] = {}
     for item in items:
         reproduce = "reproduced" in getattr(item, "fixturenames", ())
         whole = item.get_closest_marker("whole_machine") is not None
+        rank[item.nodeid] = machine.queue_rank(reproduce, item.get_closest_marker("dead_owners") is not None, whole)
         if reproduce and whole:
             both.append(item.nodeid)
         elif reproduce:
@@ -95,6 +100,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(DEAD_OWNERS_GROUP))
     if both:  # it would wait for the very run it reads (the reproduce lock, tests/machine.py)
         raise pytest.UsageError("a test of the reproduce run cannot be whole_machine: " + ", ".join(both))
+    items.sort(key=lambda it: rank[it.nodeid])  # stable: within a rank, the collection's order
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -170,3 +170,24 @@ def test_worker_count_is_bounded_and_overridable(monkeypatch: pytest.MonkeyPatch
         assert machine.workers_for_this_machine() == expect
     monkeypatch.setenv(machine.ENV_WORKERS, "7")
     assert machine.workers_for_this_machine() == 7
+
+
+def test_the_queue_starts_the_reproduce_run_and_ends_with_the_whole_machine_tests() -> None:
+    ranks = {(r, d, w): machine.queue_rank(r, d, w) for r in (False, True) for d in (False, True)
+             for w in (False, True) if not (r and w)}
+    first, last = min(ranks.values()), max(ranks.values())
+    assert {k for k, v in ranks.items() if v == first} == {(True, False, False), (True, True, False)}
+    assert {k for k, v in ranks.items() if v == last} == {(False, False, True), (False, True, True)}
+    assert ranks[(False, True, False)] < ranks[(False, False, False)]  # the dead-owners queue starts early
+
+
+def test_the_collected_order_is_the_queue_order(request: pytest.FixtureRequest) -> None:
+    """tests/conftest.py sorted this very session: no whole_machine test before an ordinary one,
+    no reproduce test after one, and xdist's own reordering is off."""
+    items = request.session.items
+    kinds = [("reproduced" in getattr(i, "fixturenames", ()), i.get_closest_marker("dead_owners") is not None,
+              i.get_closest_marker("whole_machine") is not None) for i in items]
+    ranks = [machine.queue_rank(*k) for k in kinds]
+    assert ranks == sorted(ranks)
+    if hasattr(request.config.option, "loadscopereorder"):
+        assert request.config.option.loadscopereorder is False
