@@ -56,7 +56,7 @@ install_python() {
     echo "== creating .venv"
     python3 -m venv .venv
   fi
-  if ! .venv/bin/python -c "import iolab, pytest, playwright, mypy" 2>/dev/null \
+  if ! .venv/bin/python -c "import iolab, pytest, xdist, playwright, mypy" 2>/dev/null \
      || [ ! -x .venv/bin/ruff ] \
      || [ pyproject.toml -nt .venv/.installed ]; then
     echo "== installing iolab and its pinned dependencies into .venv"
@@ -93,6 +93,9 @@ case "$action" in
     .venv/bin/ruff check src tests
     echo "== mypy (src/iolab)"
     .venv/bin/mypy
-    exec .venv/bin/python -m pytest -ra --durations=15 tests ;;
+    # in parallel: -n auto asks tests/machine.py (usable CPUs + 1, bounded); loadgroup keeps an
+    # xdist_group on one worker (the one reproduce run's tests; the whole_machine tests, which run
+    # alone and never beside the reproduce run: tests/machine.py)
+    exec .venv/bin/python -m pytest -ra --durations=40 -n auto --dist loadgroup tests ;;
   *) echo "usage: $0 [install|demo|test]" >&2; exit 2 ;;
 esac

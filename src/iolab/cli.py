@@ -22,7 +22,7 @@ from iolab import __version__
 from iolab.core import paths
 from iolab.core.errors import InputError, IolabError
 from iolab.core.inputs import check_writable
-from iolab.core.signals import ignore_stop_signals, interrupt_on_stop_signals
+from iolab.core.signals import exit_on_stop_signals_while_starting, ignore_stop_signals, interrupt_on_stop_signals
 from iolab.fleet import guard as fleet_guard
 from iolab.fleet.cli import fleet as fleet_group
 from iolab.store import registry as stores
@@ -763,8 +763,11 @@ def clean(sweep: bool) -> None:
 
 
 def main() -> None:
-    interrupt_on_stop_signals()  # again: `python -m iolab.cli` does not come through iolab.entry
+    # still starting (`python -m iolab.cli` does not come through iolab.entry): registering the studies
+    # imports their pydantic models; a stop signal there ends the process at once (core/signals.py)
+    exit_on_stop_signals_while_starting()
     _register_studies()
+    interrupt_on_stop_signals()
     try:
         cli.main(standalone_mode=False)
     except BaseException:

@@ -27,7 +27,7 @@ from iolab.targets.cgroup_set import CgroupSetParams, CgroupSetTarget
 from iolab.workloads.base import WorkloadResult
 from iolab.workloads.fio_groups import FioGroupsParams, FioGroupsWorkload, run_groups
 
-pytestmark = [pytest.mark.cgroup]
+pytestmark = [pytest.mark.cgroup, pytest.mark.whole_machine]  # BFQ splits 1:2:4:8: a proportion
 
 WEIGHTS = [100, 200, 400, 800]
 CLASSES = [200, 400, 800]

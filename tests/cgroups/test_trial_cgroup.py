@@ -34,7 +34,8 @@ from iolab.runner.runner import Runner
 from iolab.spec.study import from_dict
 from iolab.store.registry import open_store
 
-pytestmark = [needs_root]
+# kills iolab or runs `iolab clean`, which takes what any dead owner left: never beside another such test
+pytestmark = [needs_root, pytest.mark.dead_owners]
 
 REASONS = trial.reasons(detect.mounts())
 

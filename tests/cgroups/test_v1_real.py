@@ -136,6 +136,7 @@ def _dead_owner() -> owner.Owner:
     return owner.Owner(p.pid, start if start is not None else 1)
 
 
+@pytest.mark.dead_owners  # cleanup.sweep() takes every dead owner's groups on the machine
 def test_sweep_finds_groups_of_dead_owners_without_a_ledger(loopdev: str,
                                                            leftovers: Callable[[], list[str]]) -> None:
     """A group named with a dead owner's tag goes (its task moved out, not killed); a group

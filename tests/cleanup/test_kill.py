@@ -39,7 +39,11 @@ from tests.core import owned
 from tests.core.helpers import IOLAB, Lab, fio_workload, needs_fio, needs_root, study_table
 from tests.runner.test_concurrent_runs import _bfq_and_cgroups
 
-pytestmark = [needs_root, needs_fio]
+# Kill instants are drawn over a run length a warm-up measured, shrunk to any run that ended before
+# its instant (a neighbour that stretched the warm-up, or a resumed run): so runs beside other tests
+# still take every signal, and the campaigns need not have the machine alone. They kill iolab and
+# run `iolab clean`: dead_owners (tests/conftest.py).
+pytestmark = [needs_root, needs_fio, pytest.mark.dead_owners]
 
 SEED = int(os.environ.get("IOLAB_KILL_SEED", "20261123"))
 # kills per campaign; IOLAB_KILLS=40 sends each of the four signals ten times (a longer run by hand)
@@ -79,9 +83,11 @@ def _pending_seen(ledger: Path, seen: set[str]) -> None:
     seen |= {i["rid"] for i in items if i.get("state") == "pending"}
 
 
-def _one_kill(lab: Lab, args: list[str], sig: int, rng: random.Random, full_run_s: float, i: int) -> bool:
-    """Start iolab, signal it at the drawn instant, clean, check; False if the run ended before
-    the instant came (a resumed run is shorter than a whole one), so nothing was sent."""
+def _one_kill(lab: Lab, args: list[str], sig: int, rng: random.Random, full_run_s: float, i: int
+              ) -> tuple[bool, float]:
+    """Start iolab, signal it at the drawn instant, clean, check; whether the signal was sent (not
+    if the run ended before the instant came: a resumed run is shorter than a whole one), and the
+    seconds the run lived."""
     pending_mode = rng.random() < 0.4
     env = dict(lab.env)
     if pending_mode:
@@ -111,6 +117,7 @@ def _one_kill(lab: Lab, args: list[str], sig: int, rng: random.Random, full_run_
             sent = True
             break
         time.sleep(0.005 if pending_mode else 0.01)
+    lived = time.monotonic() - t0
     if not sent:
         before = _stored(lab)
     try:
@@ -134,7 +141,8 @@ def _one_kill(lab: Lab, args: list[str], sig: int, rng: random.Random, full_run_
     lost = [t for t in before if after.get(t) != before[t]]
     assert not lost, f"{label}: finished trials lost or changed: {lost}"
     assert "Traceback" not in err or sig == signal.SIGKILL or _in_interpreter_start(err), f"{label}:\n{err}"
-    return sent
+    assert "panicked" not in err or sig == signal.SIGKILL, f"{label}:\n{err}"
+    return sent, lived
 
 
 # what runs before iolab.entry installs its handlers: a SIGINT there is Python's own traceback
@@ -161,12 +169,16 @@ def _campaign(lab: Lab, study: str, kills: int, warm_timeout: float) -> None:
     rng = random.Random(SEED)
     print(f"\nkill campaign: seed {SEED} (IOLAB_KILL_SEED), a whole run takes {full_run_s:.1f} s", flush=True)
     run_id: str | None = None
+    window = full_run_s  # instants are drawn in [0, window)
     sent = 0  # a kill whose run ended before its instant does not count: the signal is sent again
     for i in range(3 * kills):
         if sent == kills:
             break
         args = ["run", "--resume", run_id] if run_id else ["run", str(spec)]
-        sent += _one_kill(lab, args, SIGNALS[sent % len(SIGNALS)], rng, full_run_s, i)
+        landed, lived = _one_kill(lab, args, SIGNALS[sent % len(SIGNALS)], rng, window, i)
+        sent += landed
+        if not landed:  # a run this short is possible: draw within it from now on
+            window = min(window, lived)
         runs = dict(lab.run_rows())
         newest = lab.query("SELECT id FROM runs ORDER BY created DESC LIMIT 1")[0][0]
         run_id = None if runs[newest] == "complete" else newest

@@ -18,7 +18,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from tests.core.helpers import REPO, Lab, one_line
+
+# the two runs that hold wall-clock bounds on a budget are whole_machine (a neighbour would spend it for
+# the run); the refusals, dry runs and the reproduction no study's minimum fits are decided on estimates
 
 # Two configurations on one loop device, watched on read_bytes: "steady" reads its 4 MiB once
 # (runtime = 0: through the size once), so its metric is the same every trial and its interval
@@ -58,6 +62,7 @@ ramp_time = 0
 BUDGET_S = 40.0
 
 
+@pytest.mark.whole_machine  # a wall-clock bound on the budget
 def test_a_budgeted_run_ends_within_its_budget_and_spends_the_rest_on_the_open_interval(lab: Lab) -> None:
     spec = lab.spec(SPEC)
     t0_wall, t0 = time.time(), time.monotonic()
@@ -173,6 +178,7 @@ def test_a_reproduction_budget_below_every_studys_minimum_warns_before_it_starts
     assert not lab.db.exists()
 
 
+@pytest.mark.whole_machine  # a wall-clock bound on the budget
 def test_a_resumed_budgeted_run_counts_what_its_first_session_spent(lab: Lab) -> None:
     """Interrupted (Ctrl-C) some 20 s into a 40 s budget, `iolab run --resume` without --budget goes
     on with the same budget and only what is left of it: the second session takes about 20 s, not

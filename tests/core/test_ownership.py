@@ -227,6 +227,7 @@ def _claim_as(dead: owner.Owner, dev: str, sched: str) -> None:
 
 
 @needs_root
+@pytest.mark.dead_owners  # queue_claims.sweep() restores every dead owner's claim on the machine
 def test_a_claim_of_another_live_owner_refuses_a_different_scheduler(env_lab: Lab, loopdev: str) -> None:
     d = resolve(loopdev)
     before = scheduler.current(d)

@@ -175,6 +175,7 @@ def test_real_doctor_text_lines_up_state_name_and_detail() -> None:
 
 
 @pytest.mark.skipif(shutil.which("stress-ng") is None, reason="stress-ng not installed")
+@pytest.mark.whole_machine  # starts a CPU hog of its own, and the hog it names must be that one
 def test_real_doctor_sees_a_cpu_hog() -> None:
     hog = subprocess.Popen(["stress-ng", "--cpu", "1", "--timeout", "60"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)

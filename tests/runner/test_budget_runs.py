@@ -30,6 +30,9 @@ from iolab.spec.study import from_dict
 from iolab.store.base import Store
 from iolab.store.registry import open_store
 
+# wall-clock bounds and spending by measured trial times: a neighbour would change both
+pytestmark = pytest.mark.whole_machine
+
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

@@ -27,7 +27,8 @@ import pytest
 from tests.core import owned
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, make_lab, needs_fio, needs_root, one_line, study_table
 
-pytestmark = [needs_root, needs_fio]
+# kills iolab or runs `iolab clean`, which takes what any dead owner left: never beside another such test
+pytestmark = [needs_root, needs_fio, pytest.mark.dead_owners]
 
 
 def _bfq_and_cgroups() -> bool:

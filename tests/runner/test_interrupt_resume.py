@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, one_line, study_table
 
-pytestmark = [needs_root, needs_fio]
+# kills iolab or runs `iolab clean`, which takes what any dead owner left: never beside another such test
+pytestmark = [needs_root, needs_fio, pytest.mark.dead_owners]
 
 
 def _spec(lab: Lab, runtime: int) -> Path:

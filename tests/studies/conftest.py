@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests import machine
+
 ROOT = Path(__file__).resolve().parents[2]
 IOLAB = [sys.executable, "-m", "iolab.cli"]
 
@@ -116,9 +118,14 @@ def reproduced() -> Iterator[Reproduced]:
     suite runs each quick study once and also tests the reproduce page on them."""
     base = _lab_base()
     lab = Lab(base)
-    t0 = time.monotonic()
-    result = lab.run("reproduce", "--quick", timeout=3000, check=False)
-    seconds = time.monotonic() - t0
+    # never beside a whole_machine test, in either direction (tests/machine.py): it boots TCG guests
+    with machine.session_lock().reproduce_run() as waited:
+        t0 = time.monotonic()
+        result = lab.run("reproduce", "--quick", timeout=3000, check=False)
+        seconds = time.monotonic() - t0
+    print(f"\nwaited {waited:.0f} s for the whole_machine tests before the reproduce run")
+    machine.NOTES.append(f"reproduce      {seconds:6.0f} s ran,  {waited:5.0f} s waited: iolab reproduce --quick "
+                         f"(exit {result.returncode})")
     print(f"\niolab reproduce --quick: {seconds / 60:.1f} min, exit {result.returncode}")
     assert result.returncode == 0, \
         f"iolab reproduce --quick exited {result.returncode}\n{result.stdout}\n{result.stderr}"

@@ -66,6 +66,7 @@ needs_ycsb = pytest.mark.skipif(shutil.which("java") is None or shutil.which("fi
 
 @real
 @needs_ycsb
+@pytest.mark.whole_machine  # the tenant alone against beside four groups: a ratio
 def test_ycsb_tenant_alone_and_beside_four_groups(lab: Lab, tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC.format(runtime=RUNTIME))

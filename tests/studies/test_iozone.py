@@ -11,6 +11,7 @@ from tests.statcheck import Band, check
 from tests.studies.conftest import Lab
 
 
+@pytest.mark.whole_machine  # small records against large ones, per repetition: a ratio
 def test_iozone_quick(lab: Lab) -> None:
     _, doc = lab.quick_study("iozone", complete=False)
     kbps = doc["findings"]["kbps"]["host"]

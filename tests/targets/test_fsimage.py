@@ -29,7 +29,8 @@ from iolab.core.errors import RefusedError
 from iolab.core.resources import Ledger
 from iolab.targets.fsimage import FsImageParams, FsImageTarget, open_locked
 
-pytestmark = [needs_root, needs_fio,
+# kills iolab or runs `iolab clean`, which takes what any dead owner left: never beside another such test
+pytestmark = [needs_root, needs_fio, pytest.mark.dead_owners,
               pytest.mark.skipif(shutil.which("debugfs") is None, reason="needs e2fsprogs (debugfs, e2fsck)")]
 
 USER_FILES = {"canary": b"precious user data\n", "notes/todo.txt": b"keep me\n" * 500,

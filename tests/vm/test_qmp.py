@@ -122,6 +122,41 @@ def test_a_stopped_qemu_does_not_hang_the_connect(qemu: Qemu) -> None:
     assert time.monotonic() - t0 < BOUND_S
 
 
+def test_a_qemu_stopped_just_after_its_greeting_does_not_hang_the_connect(tmp_path: Path) -> None:
+    """SIGSTOP is not instant: QEMU's main loop could still accept and greet before it stopped
+    (under a parallel suite's load it did: the test above hung for good inside the library's
+    negotiation, which has no timeout). A monitor that greets and then never answers
+    `qmp_capabilities`, exactly what such a QEMU shows: the connect ends within its timeout."""
+    import socket
+    import threading
+
+    path = tmp_path / "qmp.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    held: list[socket.socket] = []
+    greeting = (b'{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": ""}, '
+                b'"capabilities": ["oob"]}}\r\n')
+
+    def greet_then_freeze() -> None:
+        conn, _ = server.accept()
+        held.append(conn)
+        conn.sendall(greeting)  # and never a word more, as a stopped QEMU
+
+    t = threading.Thread(target=greet_then_freeze, daemon=True)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(VmError, match="did not greet and negotiate"):
+            qmp.connect(path, timeout_s=1.0)
+        assert time.monotonic() - t0 < BOUND_S
+    finally:
+        t.join(timeout=5)
+        for c in held:
+            c.close()
+        server.close()
+
+
 def test_a_killed_qemu_ends_the_command_at_once_and_close_is_quiet(qemu: Qemu) -> None:
     session = qmp.connect(qemu.sock, alive=qemu.alive)
     qemu.proc.kill()

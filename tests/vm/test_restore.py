@@ -128,6 +128,7 @@ def _verdict(values: dict[str, dict[str, list[float]]]) -> tuple[list[str], list
 
 
 @pytest.mark.slow
+@pytest.mark.whole_machine  # the two guests' throughput compared: a neighbour would load one, not the other
 def test_a_restored_guest_measures_like_a_booted_one(private: Path, tmp_path: Path) -> None:
     """The same fio job (4k random read/write, depth 8, 2 s) in booted and restored guests of one
     shape, one guest at a time, booted and restored alternating (the order too), three runs

@@ -15,6 +15,7 @@ SIGTERM blocked for good. A handler is reset by exec, so children start clean.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -37,8 +38,27 @@ def interrupt_on_stop_signals() -> None:
     (the runner cleans up on it; outside a run iolab just exits 130). A signal this process
     inherited as ignored stays ignored (`nohup iolab run ...` survives a hang-up)."""
     for s in STOP_SIGNALS:
-        if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
+        if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler, _exit_while_starting):
             signal.signal(s, _interrupt)
+
+
+def exit_on_stop_signals_while_starting() -> None:
+    """While the command is still being imported: a stop signal ends the process at once, with
+    "interrupted" and exit 130, from inside the handler. Nothing exists yet to clean up, and a
+    KeyboardInterrupt cannot be relied on to reach the caller: raised inside a compiled
+    extension's import (pydantic-core building its own schema validator, a pyo3 `expect`) it
+    came out as a pyo3 PanicException, a Rust panic message and exit 1 (a kill campaign's
+    SIGTERM 0.98 s after start). `interrupt_on_stop_signals` replaces it once the studies are
+    registered (cli.main). A signal inherited as ignored stays ignored, and a process already
+    started (its handler `_interrupt`) keeps it."""
+    for s in STOP_SIGNALS:
+        if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(s, _exit_while_starting)
+
+
+def _exit_while_starting(signum: int, frame: FrameType | None) -> None:
+    os.write(2, b"interrupted\n")
+    os._exit(130)
 
 
 def ignore_stop_signals() -> None:

@@ -7,7 +7,10 @@ how to reach a QEMU that has just been started, with a deadline: the library's
 stopped QEMU, or a second client: QEMU serves one QMP client at a time). So `connect`
 dials the socket itself until QEMU listens, waits for the greeting bytes with `poll`,
 and only then hands the connected socket to the library, which reads the greeting and
-negotiates. Commands get the library's own timeout (`settimeout`).
+negotiates, within what is left of the deadline (`Monitor.deadline`): a QEMU stopped just
+after it greeted never answers `qmp_capabilities`, and the library's connect waited for
+that answer for good (a parallel suite's SIGSTOP landed after QEMU had already written its
+greeting: the test hung). Commands get the library's own timeout (`settimeout`).
 
 A QEMUMonitorProtocol runs the event loop of the thread that made it, only while a call
 is in progress: use one from one thread at a time (iolab calls it from the runner's).
@@ -51,7 +54,11 @@ class Monitor(QEMUMonitorProtocol):
     Overrides `_sync`, the one method through which every call of qemu.qmp 0.0.6's legacy
     client runs its coroutine (pinned in pyproject.toml: check it on an upgrade)."""
 
+    deadline: float | None = None  # time.monotonic() by which a call without a timeout of its own must end
+
     def _sync(self, future: Awaitable[_T], timeout: float | None = None) -> _T:
+        if timeout is None and self.deadline is not None:  # the library's connect() passes none
+            timeout = max(0.0, self.deadline - time.monotonic())
         task = self._aloop.create_task(asyncio.wait_for(future, timeout=timeout))
         try:
             return self._aloop.run_until_complete(task)
@@ -83,7 +90,14 @@ def connect(sock_path: Path, timeout_s: float = CONNECT_TIMEOUT_S,
     try:
         _await_greeting(sock, sock_path, deadline)
         qmp = Monitor(sock, nickname=f"iolab:{sock_path.parent.name}")
-        qmp.connect()
+        qmp.deadline = deadline
+        try:
+            qmp.connect()
+        except TimeoutError:
+            close(qmp)
+            raise VmError(f"QEMU did not greet and negotiate on QMP at {sock_path} within the timeout (stopped, "
+                          "or another client holds its monitor)") from None
+        qmp.deadline = None
     except (OSError, QMPError) as exc:
         sock.close()
         raise VmError(f"QMP at {sock_path}: {exc}") from exc

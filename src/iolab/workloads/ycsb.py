@@ -248,10 +248,14 @@ class YcsbWorkload(Workload):
 
     def argv(self, cmd: ycsb_build.JavaCommand, phase: str) -> list[str]:
         heap = f"{self.params.heap >> 20}m"
+        # maxexecutiontime bounds the run phase; YCSB's client applies it to whichever phase reads it,
+        # so the load (every record, checked by judge) lifts it on its command line (-p wins over -P):
+        # a load slower than the run's seconds on a busy machine was cut short (80 019 of 100 000)
+        unbounded = ["-p", "maxexecutiontime=0"] if phase == "load" and self.params.maxexecutiontime else []
         # no perf-data file in /tmp; RocksDB's native library unpacks into the work dir, removed with it
         return [cmd.java, "-XX:-UsePerfData", f"-Xms{heap}", f"-Xmx{heap}", "-Djava.io.tmpdir=.", *cmd.flags,
                 "-cp", cmd.classpath, ycsb_build.CLIENT_CLASS, "-load" if phase == "load" else "-t",
-                "-db", ycsb_build.DB_CLASS, "-P", "workload.properties"]
+                "-db", ycsb_build.DB_CLASS, "-P", "workload.properties", *unbounded]
 
     def command(self, placement: Placement) -> ycsb_build.JavaCommand:
         """YCSB where the trial runs: the host build, or the guest's bundle (guest_apps = ["ycsb"])."""
