@@ -461,3 +461,55 @@ def test_a_run_says_how_each_guest_came_up(private: Path, tmp_path: Path) -> Non
     assert res.returncode == 0, out[-3000:]
     assert "qemu guest (virtio-blk): restored from saved state" in out and "saved now from a boot" in out, out
     assert "qemu guest (ide): booted in" in out and "not restored: QEMU cannot hot-plug a disk on IDE" in out, out
+
+
+def test_kill_returns_only_once_qemu_itself_is_gone(private: Path) -> None:
+    """A failed restore boots the guest again in the same run directory at once (restore.py
+    boot_instead), so kill() must not return while the killed QEMU still holds its sockets open.
+    QEMU is bwrap's child: reaping bwrap does not wait for it. Here QEMU's exit is made slow for
+    real (a frozen cgroup of this test's own holds a SIGKILLed task until it is thawed, as a loaded
+    machine can delay it): the old kill() returned with QEMU still alive; now it waits for it."""
+    import threading
+
+    freezer = Path("/sys/fs/cgroup/freezer")
+    if not (freezer / "cgroup.procs").exists():
+        pytest.skip("no cgroup v1 freezer here to hold QEMU's exit")
+    ledger = Ledger()
+    t = _target(ledger)
+    pl = t.setup()
+    group = freezer / f"iolab-test-slow-exit-{os.getpid()}"
+    try:
+        vm = pl.extras["vm"]
+        qemu = vm.qemu_pid
+        assert qemu is not None and qemu != vm.proc.pid, "QEMU's own pid, not bwrap's"
+        group.mkdir()
+        (group / "cgroup.procs").write_text(str(qemu))
+        (group / "freezer.state").write_text("FROZEN")
+        thawer = threading.Timer(1.5, lambda: (group / "freezer.state").write_text("THAWED"))
+        thawer.start()
+        t0 = time.monotonic()
+        vm.kill()
+        took = time.monotonic() - t0
+        state = _proc_state(qemu)  # before the thaw has surely run: the old kill() left it frozen alive
+        thawer.join()
+        assert state in (None, "Z", "X"), f"kill() returned after {took:.2f} s with QEMU still {state!r}"
+        assert took >= 1.0, f"kill() returned after {took:.2f} s, before QEMU could exit (thawed at 1.5 s)"
+    finally:
+        if group.exists():
+            (group / "freezer.state").write_text("THAWED")
+        t.teardown()
+        if group.exists():
+            for _ in range(100):
+                try:
+                    group.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+    assert ledger.items == []
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None

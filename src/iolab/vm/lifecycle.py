@@ -36,6 +36,10 @@ from iolab.vm.executor import CLOCK_AGENT_VERSION, AgentChannel, ClockStep
 BOOT_TIMEOUT_S = {"kvm": 30.0, "tcg": 90.0}
 AGENT_CONNECT_TIMEOUT_S = 10.0
 QUIT_TIMEOUT_S = 3.0
+# How long kill() waits for QEMU itself to be gone once bwrap, its parent, is reaped: a SIGKILLed
+# QEMU with a large guest can take a moment to exit on a loaded machine, and until then its
+# sockets still listen at paths the next QEMU of the same run directory reuses.
+QEMU_EXIT_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,8 @@ class QemuVM:
                 pass
         if self.proc is not None:
             self.proc.wait()
+            if self.qemu_pid is not None:
+                _wait_gone(self.qemu_pid, QEMU_EXIT_WAIT_S)
         if self.channel is not None:
             self.channel.close()
         if self.qmp is not None:
@@ -205,6 +211,25 @@ class QemuVM:
         if self._res is not None:
             self.ledger.forget(self._res)  # reaped above: nothing left for the cleaner
             self._res = None
+
+
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    """Until `pid` has exited (gone, or a zombie: its files, sockets included, are closed by then),
+    at most `timeout_s`. QEMU is bwrap's child (core/confine.py: no pid namespace of its own), so
+    reaping bwrap does not wait for it: SIGKILL to the group reaches both, but QEMU's exit runs when
+    it is next scheduled. A QEMU started at once in the same run directory (a failed restore's boot,
+    vm/restore.py boot_instead) then found the old agent socket still listening, connected to it,
+    and lost it a moment later (a broken pipe while the parallel suite loaded the machine)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.01)
 
 
 def _status(qmp: QEMUMonitorProtocol) -> str:
