@@ -147,8 +147,10 @@ def test_unreachable_and_malformed_urls_are_input_errors(tmp_path: Path) -> None
 
 def test_run_ids_carry_the_host() -> None:
     host = socket.gethostname().split(".")[0][:24]
-    ids = {new_run_id("s") for _ in range(500)}
-    assert len(ids) == 500, "two runs started in one second on one host collide"
+    # 20 000 ids in well under a second: 24 random bits alone would repeat about 12 times (the
+    # birthday bound; 500 repeated once in a CI run); one process never repeats one by construction
+    ids = [new_run_id("s") for _ in range(20000)]
+    assert len(set(ids)) == 20000, "two runs started in one second by one process collide"
     if host.replace("-", "").isalnum():
         assert all(f"-s-{host}-" in i for i in ids), ids
 

@@ -76,10 +76,21 @@ class ConfigState:
     failures: int = 0
 
 
+_ISSUED: set[str] = set()  # the ids this process made: one process never makes the same id twice
+
+
 def new_run_id(study: str) -> str:
-    """time-study-host-random: many machines writing one team store never collide (issue 14)."""
+    """time-study-host-random: many machines writing one team store never collide (issue 14). The
+    random part is 24 bits: ids made in the same second by one process (a reproduction's studies,
+    an A/B's two sides) are kept apart by construction (redrawn on a repeat), so only two processes
+    on one host in one second could draw alike (about one in 16 million per pair); 500 draws in one
+    process collided in a CI run (the birthday bound: 0.7 % there)."""
     host = re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname().split(".")[0])[:24].strip("-") or "host"
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{study}-{host}-{uuid.uuid4().hex[:6]}"
+    while True:
+        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{study}-{host}-{uuid.uuid4().hex[:6]}"
+        if run_id not in _ISSUED:
+            _ISSUED.add(run_id)
+            return run_id
 
 
 class Runner:
