@@ -121,3 +121,17 @@ def test_a_reproductions_budget_gives_each_study_its_minimum_in_turn_when_it_can
     assert spend.study_share(250.0, need, "a") == 100.0  # proportional would be 62.5, short of a's minimum
     assert spend.study_share(150.0, {"b": 300.0}, "b") == 150.0  # what is left, the rest of b stays open
     assert spend.study_share(-5.0, need, "a") == 0.0
+
+
+def test_a_verdict_that_missed_its_projection_does_not_starve_the_others() -> None:
+    """x asks for one more repetition forever; y would be decided by one. With x measured a little
+    cheaper, the old rule chose x after every trial (a run gave x 18 trials while y waited at 3);
+    once a trial was spent on x and x stayed open, y goes first."""
+    times = {"a": 0.98, "b": 1.0}
+    both = [v("x", more=1, ids=("a",)), v("y", more=1, ids=("b",))]
+    first = step(both, times)
+    assert first is not None and first.verdict.id == "x", first  # nothing spent yet: the cheaper one
+    after = spend.next_step(both, N_OK, ROOM, lambda c: times[c], lambda ids: 0.0, 1e9, {"x": 1})
+    assert after is not None and after.verdict.id == "y", after
+    alone = spend.next_step(both[:1], N_OK, ROOM, lambda c: times[c], lambda ids: 0.0, 1e9, {"x": 5})
+    assert alone is not None and alone.verdict.id == "x", "a verdict left alone is still spent on"

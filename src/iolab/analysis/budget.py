@@ -68,14 +68,19 @@ class Step:
 
 
 def next_step(verdicts: Sequence[ReportedVerdict], n_ok: Mapping[str, int], room: Mapping[str, int],
-              trial_s: Callable[[str], float], setup_s: Callable[[Sequence[str]], float], left: float
-              ) -> Step | None:
+              trial_s: Callable[[str], float], setup_s: Callable[[Sequence[str]], float], left: float,
+              spent: Mapping[str, int] | None = None) -> Step | None:
     """The spending step with the most expected decisions per second that the budget affords
     (`left` seconds), or None. `n_ok`: successful repetitions per configuration id; `room`: how
     many more each may still have (max_repetitions − n_ok; 0 for one abandoned or skipped; a
     configuration not in `room` is not in this run); `trial_s`: the measured seconds of one trial;
-    `setup_s`: what setting up the targets of those configurations costs now."""
+    `setup_s`: what setting up the targets of those configurations costs now. `spent`: trials
+    already spent on each verdict (by id) in this run: a verdict still open after them missed its
+    projection, and ranks as if it cost that much more (one projected round spent and missed: twice
+    its cost), so a verdict that wants "one more" forever cannot starve the others (a run saw 18
+    trials go to such a verdict while one that one trial would decide waited)."""
     best: Step | None = None
+    best_rank: tuple[float, str] = (math.inf, "")
     for v in verdicts:
         if not v.decidable or v.decision is None or v.decision.more is None:
             continue
@@ -94,8 +99,10 @@ def next_step(verdicts: Sequence[ReportedVerdict], n_ok: Mapping[str, int], room
             continue
         step = Step(v, rounds, {c: n_ok.get(c, 0) + rounds for c in ids}, setup + rounds * per_round,
                     setup + more * per_round)
-        if best is None or (step.per_decision_s, step.verdict.id) < (best.per_decision_s, best.verdict.id):
-            best = step
+        missed = 1.0 + (spent or {}).get(v.id, 0) / (more * len(ids))
+        rank = (step.per_decision_s * missed, step.verdict.id)
+        if best is None or rank < best_rank:
+            best, best_rank = step, rank
     return best
 
 

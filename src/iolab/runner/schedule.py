@@ -244,7 +244,10 @@ class Schedule:
             return sum(self.setup_s(g) for k, g in gs.items() if up is None or k != _gkey(up))
 
         left, verdicts = self.clock.left(), self._verdicts(runs)
-        step = spend.next_step(verdicts, n_ok, room, self.trial_s, setup, left)
+        spent: dict[str, int] = {}
+        for s in self.steps:
+            spent[s["on"]] = spent.get(s["on"], 0) + int(s["trials"])
+        step = spend.next_step(verdicts, n_ok, room, self.trial_s, setup, left, spent)
         if step is None and spend.next_step(verdicts, n_ok, room, self.trial_s, setup, float("inf")) is not None:
             self.ran_out = True  # something is decidable, and the budget cannot afford it
         return step
