@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,28 +35,40 @@ def _heavy_loaded(pid: int) -> bool:
     return HEAVY in Path(f"/proc/{pid}/maps").read_text()
 
 
+def _start_version(act: Callable[[subprocess.Popen[str]], None]) -> subprocess.CompletedProcess[str]:
+    """Run `iolab --version`, doing `act` to it while it starts (within 30 s); the finished process
+    (killed and reaped if it outlives the test)."""
+    proc = subprocess.Popen([str(IOLAB), "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        act(proc)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def _send_when_handlers_are_in(sig: signal.Signals) -> tuple[bool, subprocess.CompletedProcess[str]]:
     """Start `iolab --version`, send `sig` as soon as SIGTERM and SIGHUP are caught; returns
     (whether the heavy imports were still to come then, the finished process)."""
     want = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGHUP - 1))
-    proc = subprocess.Popen([str(IOLAB), "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     early = False
-    try:
+
+    def act(proc: subprocess.Popen[str]) -> None:
+        nonlocal early
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
             try:
                 if _caught(proc.pid) & want == want:
                     early = not _heavy_loaded(proc.pid)
                     proc.send_signal(sig)
-                    break
+                    return
             except (FileNotFoundError, ProcessLookupError):
-                break
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return early, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+                return
+
+    r = _start_version(act)
+    return early, r
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
@@ -76,9 +89,10 @@ def _start_and_signal(sig: signal.Signals, after_heavy_s: float | None
                       ) -> tuple[bool, subprocess.CompletedProcess[str]]:
     """Start `iolab --version`, wait until pydantic-core is mapped in, then `after_heavy_s` later send
     `sig` (None: send nothing); whether it was sent before the process ended, and the process."""
-    proc = subprocess.Popen([str(IOLAB), "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sent = False
-    try:
+
+    def act(proc: subprocess.Popen[str]) -> None:
+        nonlocal sent
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
             try:
@@ -91,12 +105,9 @@ def _start_and_signal(sig: signal.Signals, after_heavy_s: float | None
             if proc.poll() is None:
                 proc.send_signal(sig)
                 sent = True
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return sent, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    r = _start_version(act)
+    return sent, r
 
 
 def test_a_stop_signal_anywhere_in_the_heavy_imports_is_a_clean_exit() -> None:
