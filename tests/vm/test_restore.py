@@ -28,6 +28,7 @@ from iolab.probes.qmp_blockstats import disk_stats
 from iolab.targets.base import Placement
 from iolab.targets.qemu_guest import QemuGuestParams, QemuGuestTarget
 from iolab.vm import saved_states
+from tests.vm.diagnosis import guest_kernel_tail
 
 pytestmark = [
     pytest.mark.vm,
@@ -104,7 +105,7 @@ def _measure(pl: Placement) -> tuple[float, float]:
     c0 = _qemu_cpu_s(pid)
     res = pl.executor.run(ExecRequest([*JOB, f"--filename={pl.path}"], timeout_s=120))
     cpu = _qemu_cpu_s(pid) - c0
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 0, (res.stderr, res.timed_out, guest_kernel_tail(pl.executor))
     job = json.loads(res.stdout)["jobs"][0]
     ops = job["read"]["total_ios"] + job["write"]["total_ios"]
     return float(job["read"]["iops"] + job["write"]["iops"]), ops / max(cpu, 0.01)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from iolab.core.exec import ExecRequest, Executor
+from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
 from iolab.probes.guest_diskstats import GuestDiskStats
 from iolab.probes.qmp_blockstats import QmpBlockStats
@@ -27,6 +27,7 @@ from iolab.vm import cpio, guest_image
 from iolab.vm.cleanup import leftover_qemu_pids
 from iolab.vm.errors import VmError
 from iolab.vm.executor import GuestExecutor
+from tests.vm.diagnosis import guest_kernel_tail
 
 pytestmark = [
     pytest.mark.vm,
@@ -160,17 +161,6 @@ BUS_MATRIX = [
 ]
 
 
-def _guest_kernel_tail(executor: Executor) -> str:
-    """The guest kernel's last messages, for a failure's message: a CI run once saw the NVMe
-    guest's 2 MiB read time out at 120 s (not reproduced in 13 reruns); a lost interrupt or a
-    controller reset shows there."""
-    try:
-        out = executor.run(ExecRequest(["dmesg"], timeout_s=30))
-        return "guest dmesg (tail):\n" + out.stdout[-4000:]
-    except Exception as exc:  # the guest may be gone: the failure itself is the finding
-        return f"guest dmesg unavailable: {exc}"
-
-
 @pytest.mark.parametrize("axes", BUS_MATRIX, ids=[a["bus"] for a in BUS_MATRIX])
 def test_every_bus_boots_and_does_io(state, axes: dict) -> None:
     ledger = Ledger()
@@ -179,7 +169,7 @@ def test_every_bus_boots_and_does_io(state, axes: dict) -> None:
         pl = target.setup()
         where = pl.path or f"{pl.directory}/data"
         res = pl.executor.run(ExecRequest(_fio_read(where, "2M"), timeout_s=120))
-        assert res.returncode == 0, f"{res.stderr}\n{_guest_kernel_tail(pl.executor)}"
+        assert res.returncode == 0, f"{res.stderr}\n{guest_kernel_tail(pl.executor)}"
         assert json.loads(res.stdout)["jobs"][0]["read"]["io_bytes"] == 2 << 20
         info = pl.manifest["qemu_img_info"]
         assert info["format"] == axes["format"]
