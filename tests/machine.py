@@ -137,15 +137,8 @@ class MachineLock:
         t0 = time.monotonic()
         _flock(self.reproduce, fcntl.LOCK_EX, t0)  # the reproduce run ends (ordinary tests go on meanwhile)
         try:
-            _flock(self.gate, fcntl.LOCK_EX, t0)  # later readers queue behind us at the gate
-            try:
-                _flock(self.main, fcntl.LOCK_EX, t0)  # the tests already running end
-            finally:
-                fcntl.flock(self.gate, fcntl.LOCK_UN)
-            try:
+            with self._through_gate(fcntl.LOCK_EX, t0):  # later readers queue behind us at the gate
                 yield time.monotonic() - t0
-            finally:
-                fcntl.flock(self.main, fcntl.LOCK_UN)
         finally:
             fcntl.flock(self.reproduce, fcntl.LOCK_UN)
 
@@ -163,13 +156,20 @@ class MachineLock:
     @contextlib.contextmanager
     def shared(self) -> Iterator[float]:
         t0 = time.monotonic()
-        _flock(self.gate, fcntl.LOCK_SH, t0)
+        with self._through_gate(fcntl.LOCK_SH, t0):
+            yield time.monotonic() - t0
+
+    @contextlib.contextmanager
+    def _through_gate(self, op: int, t0: float) -> Iterator[None]:
+        """The machine lock in mode `op`, taken through the gate: a writer waiting at the gate holds
+        back readers that come after it, and the tests already running end before it goes on."""
+        _flock(self.gate, op, t0)
         try:
-            _flock(self.main, fcntl.LOCK_SH, t0)
+            _flock(self.main, op, t0)
         finally:
             fcntl.flock(self.gate, fcntl.LOCK_UN)
         try:
-            yield time.monotonic() - t0
+            yield
         finally:
             fcntl.flock(self.main, fcntl.LOCK_UN)
 
