@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from iolab import __version__
-from iolab.core import paths
+from iolab.core import paths, signals
 from iolab.core.errors import InputError, IolabError
 from iolab.core.inputs import check_writable
 from iolab.core.signals import exit_on_stop_signals_while_starting, ignore_stop_signals, interrupt_on_stop_signals
@@ -770,6 +770,7 @@ def main() -> None:
     interrupt_on_stop_signals()
     try:
         cli.main(standalone_mode=False)
+        signals.raise_if_stop_pending()  # a Ctrl-C Python dropped (core/signals.py) still means exit 130
     except BaseException:
         ignore_stop_signals()  # whatever ends the command, its last words are not cut by a late Ctrl-C
         try:

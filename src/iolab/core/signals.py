@@ -11,12 +11,22 @@ the main thread whatever thread the kernel delivered the signal to, so with a QM
 sampler thread running, a mask on the main thread alone does not keep KeyboardInterrupt
 out. And a mask is inherited across exec: QEMU started inside the window would run with
 SIGTERM blocked for good. A handler is reset by exec, so children start clean.
+
+Why a stop is also remembered (`stop_pending`, `raise_if_stop_pending`): CPython runs a signal's
+Python handler at the next bytecode boundary, and that may be inside a weakref callback, a
+`__del__` or a garbage collection, where an exception cannot propagate: it is printed as
+"Exception ignored in ..." and dropped. A fresh-clone CI run saw it: a SIGINT landing during a
+WeakSet's callback was lost, and the run went on to "complete" with exit 0. So the handler
+records the signal before it raises, the runner checks the record between trials and before it
+calls a run finished, the command checks it before it exits 0, and the unraisable hook keeps the
+dropped KeyboardInterrupt quiet (it is raised again at the next check, so no traceback is owed).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,10 +37,36 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signa
 
 _depth = 0
 _pending: list[int] = []
+_stop: int | None = None  # a stop signal whose KeyboardInterrupt no one has acted on yet
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    global _stop
+    _stop = signum
     raise KeyboardInterrupt
+
+
+def stop_pending() -> int | None:
+    """The stop signal that arrived and has not been acted on (`stop_acted_on`), else None."""
+    return _stop
+
+
+def raise_if_stop_pending() -> None:
+    """Raise the KeyboardInterrupt a stop signal raised where Python had to drop it (see above)."""
+    if _stop is not None:
+        raise KeyboardInterrupt
+
+
+def stop_acted_on() -> None:
+    """The KeyboardInterrupt was caught by code that stops for it: it is no longer pending."""
+    global _stop
+    _stop = None
+
+
+def _quiet_dropped_interrupt(unraisable: Any) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stop is not None:
+        return  # raised again at the next raise_if_stop_pending
+    sys.__unraisablehook__(unraisable)
 
 
 def interrupt_on_stop_signals() -> None:
@@ -40,6 +76,31 @@ def interrupt_on_stop_signals() -> None:
     for s in STOP_SIGNALS:
         if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler, _exit_while_starting):
             signal.signal(s, _interrupt)
+    sys.unraisablehook = _quiet_dropped_interrupt
+
+
+@contextmanager
+def as_interrupt() -> Iterator[None]:
+    """Within the block, every stop signal not inherited as ignored raises KeyboardInterrupt
+    through `_interrupt` (so it is remembered), whatever handler was there; restored after."""
+    old = {s: signal.signal(s, _interrupt) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+@contextmanager
+def ignored() -> Iterator[None]:
+    """Within the block every stop signal is ignored: a second Ctrl-C during cleanup must not
+    strand half-removed resources."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
 def exit_on_stop_signals_while_starting() -> None:

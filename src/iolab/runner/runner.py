@@ -18,14 +18,12 @@ from __future__ import annotations
 import functools
 import math
 import re
-import signal
 import socket
 import time
 import traceback
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,14 +34,13 @@ from iolab.analysis import budget as spend
 from iolab.analysis import plan
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.trial import TrialCgroup
-from iolab.core import metrics, registry
+from iolab.core import metrics, registry, signals
 from iolab.core import owner as owners
 from iolab.core.errors import CapabilityMissing, InputError, Interrupted, RefusedError, SpecError, TrialFailed
 from iolab.core.exec import set_session_policy
 from iolab.core.metrics import MetricSet, TrialDeclarations
 from iolab.core.model import Config, Trial, TrialResult
 from iolab.core.resources import Ledger
-from iolab.core.signals import STOP_SIGNALS
 from iolab.core.units import MAX_DURATION
 from iolab.probes.base import Probe
 from iolab.probes.registry import probe_classes
@@ -221,21 +218,23 @@ class Runner:
         self.reporter.start(self._remaining_estimate())
         previous_session = set_session_policy(self.spec.settings.workload_session)
         try:
-            with _signals_as_interrupt():
+            with signals.as_interrupt():
                 if self.schedule is not None:
                     self.schedule.run(self)
                 else:
                     for g in plan.target_groups(self.spec):
                         self._run_group(g)
+                signals.raise_if_stop_pending()  # never call a run finished past a stop signal
             status = self._final_status()
         except KeyboardInterrupt:
+            signals.stop_acted_on()
             status = "partial"
             raise Interrupted("interrupted; finished trials are kept. "
                               f"Resume with: iolab run --resume {self.run_id}") from None
         finally:
             set_session_policy(previous_session)
             self.reporter.stop()
-            with _signals_ignored():
+            with signals.ignored():
                 errors = self.ledger.release_all()
                 self.store.set_status(self.run_id, status)
                 self.store.release_run(self.run_id, owners.me().token)
@@ -312,6 +311,7 @@ class Runner:
         self._session_trial_s[_tkey(c.target)].append(took)
         if self.schedule is not None:
             self.schedule.trial_ran(c.id, took)
+        signals.raise_if_stop_pending()  # a Ctrl-C Python had to drop inside the trial stops the run here
 
     def _set_up(self, target: Target, g: plan.TargetGroup, pending: list[Config],
                 wants: Callable[[Config], bool] | None = None) -> Placement | None:
@@ -578,29 +578,3 @@ def _tkey(target: dict) -> str:
 
 def _fmt_s(s: float) -> str:
     return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
-
-
-@contextmanager
-def _signals_as_interrupt() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP (the terminal went away) all mean Ctrl-C: stop, clean up,
-    keep finished trials. A signal the caller ignores stays ignored (`nohup iolab run ...`)."""
-    def _raise(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    old = {s: signal.signal(s, _raise) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
-
-
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """A second Ctrl-C (or a SIGTERM/SIGHUP) during cleanup must not strand half-removed resources."""
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
