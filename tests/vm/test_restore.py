@@ -509,6 +509,41 @@ def test_kill_returns_only_once_qemu_itself_is_gone(private: Path) -> None:
     assert ledger.items == []
 
 
+def test_a_guest_started_where_an_old_qemu_still_listens_connects_to_its_own_sockets(private: Path) -> None:
+    """The other half of a boot after a failed restore in the same run directory: sockets of the
+    QEMU before. Here they are left listening for real (bound and never answered, as a QEMU
+    whose exit is still running leaves them), so a guest that connected by the path to whatever
+    listens there waited for a QMP greeting and an agent hello that never came (a broken pipe
+    when the old QEMU finished exiting, in a fresh-clone CI run). Its own sockets are made anew."""
+    import socket
+
+    ledger = Ledger()
+    t = _target(ledger, boot="cold")
+    pl = t.setup()
+    stale: list[socket.socket] = []
+    vm2 = None
+    try:
+        vm = pl.extras["vm"]
+        vm.kill()
+        for path in (vm.files.qmp, vm.files.agent):
+            path.unlink(missing_ok=True)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(str(path))
+            s.listen(8)
+            stale.append(s)
+        vm2 = type(vm)(vm.spec, vm.files, ledger)
+        vm2.start(boot_timeout_s=60)
+        assert vm2.channel is not None and vm2.channel.hello is not None
+        assert vm2.kernel_release, "the new guest's agent answered"
+    finally:
+        for s in stale:
+            s.close()
+        if vm2 is not None:
+            vm2.kill()
+        t.teardown()
+    assert ledger.items == []
+
+
 def _proc_state(pid: int) -> str | None:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -83,6 +83,10 @@ class QemuVM:
         """Launch (or restore, with `incoming`) and wait for the agent's hello; on any failure
         kill QEMU and raise VmError."""
         self.files.directory.mkdir(parents=True, exist_ok=True)
+        for sock in (self.files.qmp, self.files.agent):
+            # an earlier QEMU of this directory (a failed restore's, vm/restore.py boot_instead) may
+            # still be listening on them while its exit runs: unlinked, the paths can only reach ours
+            sock.unlink(missing_ok=True)
         fd = self.spec.secret.open_fd() if self.spec.secret is not None else None
         inherited = tuple(f for f in (fd, incoming.fd if incoming else None) if f is not None)
         try:
