@@ -14,7 +14,10 @@ from iolab.core.exec import ExecRequest, Executor
 def guest_kernel_tail(executor: Executor) -> str:
     """The guest kernel's last messages and its interrupt counts, for a failure's message."""
     try:
-        out = executor.run(ExecRequest(["sh", "-c", "dmesg | tail -60; cat /proc/interrupts"], timeout_s=30))
-        return "guest dmesg (tail) and /proc/interrupts:\n" + out.stdout[-6000:]
+        script = ("for d in /sys/block/*; do echo \"${d##*/} inflight $(cat $d/inflight) stat $(cat $d/stat)\"; done; "
+                  "ps -o pid,stat,wchan,args 2>/dev/null || ps; dmesg | tail -60; cat /proc/interrupts")
+        out = executor.run(ExecRequest(["sh", "-c", script], timeout_s=30))
+        return ("guest block devices (requests in flight: a lost completion leaves them), processes, dmesg (tail) "
+                "and /proc/interrupts:\n" + out.stdout[-8000:])
     except Exception as exc:  # the guest may be gone: the failure itself is the finding
         return f"guest dmesg unavailable: {exc}"

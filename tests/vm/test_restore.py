@@ -105,7 +105,7 @@ def _measure(pl: Placement) -> tuple[float, float]:
     c0 = _qemu_cpu_s(pid)
     res = pl.executor.run(ExecRequest([*JOB, f"--filename={pl.path}"], timeout_s=120))
     cpu = _qemu_cpu_s(pid) - c0
-    assert res.returncode == 0, (res.stderr, res.timed_out, guest_kernel_tail(pl.executor))
+    assert res.returncode == 0, f"timed out: {res.timed_out}\n{res.stderr}\n{guest_kernel_tail(pl.executor)}"
     job = json.loads(res.stdout)["jobs"][0]
     ops = job["read"]["total_ios"] + job["write"]["total_ios"]
     return float(job["read"]["iops"] + job["write"]["iops"]), ops / max(cpu, 0.01)
