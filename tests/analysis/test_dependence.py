@@ -154,3 +154,16 @@ def test_short_configurations_do_not_dilute_the_long_ones_evidence() -> None:
     independent = sum(dependence.pooled(run(np.random.default_rng([26, s]), 0.0)).significant for s in range(40))
     assert dependent >= 34, dependent
     assert independent <= 4, independent
+
+
+def test_fewer_runs_of_eight_are_left_unflagged_and_undercovering_under_strong_dependence() -> None:
+    """The cell of issue 24 the weights are for, on the design set's AR(1) ρ = 0.7 at a CV of ci_target:
+    runs of 8 configurations through the runner's own stop and dependence rule (tests/analysis/coverage.py,
+    1 500 runs, seed 1). Weighted, 83 % of the numbers carry the check (60 % weighted equally) and those
+    printed without one cover 95.1 % here (93.0 % weighted equally; at 10 000 runs 94.1 % against 92.7 %:
+    still short of 94.5 %, docs/statistics.md "What is not covered")."""
+    from tests.analysis import coverage
+
+    cell = coverage.simulate("ar1 ρ=0.7", (3, 10), 1.0, studies=1500, configs=8)
+    assert cell.flagged >= 0.75, cell.row()
+    assert cell.unflagged >= 0.94, cell.row()
