@@ -36,7 +36,9 @@ the design set only (tests/analysis/coverage.py DEPENDENCE_DESIGN: normal, AR(1)
 MA(1) θ = 0.5, in runs of 8 configurations); Z_TRIP was judged on the fourth held-out set, the
 widening retuned after it (Z_WIDEN 1.0 → 0, RHO_MARGIN 0 → 1.5) judged on the fifth, and Z_TRIP
 raised from 1.0 to Z_FLAG judged on the sixth, each set written and committed before it was evaluated
-(docs/statistics.md). A run of one configuration has nothing to pool: its intervals are not widened.
+(docs/statistics.md); the weights (RHO_STAR) were set before any simulation, checked on the design set,
+and sets four to six evaluated once with them. A run of one configuration has nothing to pool: its
+intervals are not widened.
 """
 
 from __future__ import annotations
