@@ -22,7 +22,7 @@ Neumann 1941). The weights w_c = (1 − E_{n_c}(RHO_STAR)) / var_c are each conf
 over its noise variance at a dependence of RHO_STAR (the locally most powerful combination): three
 values carry almost nothing about ρ (E_3 falls from 1 to 0.89 between ρ = 0 and 0.8, against a
 standard deviation of 0.35), ten carry much (E_10: 1 to 0.50, 0.28), so a configuration the rule
-stopped at three values weighs a seventh of one at ten. Weighted equally (before), the runs whose
+stopped at three values weighs a sixth of one at ten. Weighted equally (before), the runs whose
 short configurations diluted the long ones' evidence were the ones left unflagged, and they
 undercovered (docs/statistics.md, "Dependence pooled over a run's configurations").
 
