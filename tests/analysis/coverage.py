@@ -21,8 +21,9 @@ truth of each cell is its noise's population median (under drift: of the trials 
 per cell; about ten minutes on a loaded two-core machine); `--dependence` the runs of 8
 configurations; `--runner-design`, `--runner-held-out-4`, `--runner-held-out-5` and
 `--runner-held-out-6` the runner's dependence rule (about 15 minutes each); `--held-out-6` the sixth
-held-out set for one configuration, `--design` the design table alone. tests/analysis/test_adaptive_coverage.py
-runs a smaller version and recomputes a few published cells exactly.
+held-out set for one configuration, `--design` the design table alone; `--breakdown SHAPE CV_RATIO [N]`
+where the coverage of runs of 8 configurations comes from (by the pooled z, by repetitions).
+tests/analysis/test_adaptive_coverage.py runs a smaller version and recomputes a few published cells exactly.
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def draw(shape: str, rng: np.random.Generator, n_studies: int, last: int, cv: fl
 
 
 def simulate(shape: str, design: tuple[int, int], cv_ratio: float, seed: int = 1, studies: int = STUDIES,
-             configs: int = 1) -> Cell:
+             configs: int = 1, detail: dict[str, np.ndarray] | None = None) -> Cell:
     """One cell: `studies` simulated studies of `configs` configurations each (the same noise shape,
     independent draws), every configuration stopped by the runner's rule on its own; coverage and
     repetitions are over every configuration. With more than one configuration the run's lag-1
@@ -213,7 +214,8 @@ def simulate(shape: str, design: tuple[int, int], cv_ratio: float, seed: int = 1
     other, truth2, rel2 = draw(shape, rng, rows, last, cv)
     truth, truth2 = (np.broadcast_to(np.atleast_2d(t), values.shape) for t in (truth, truth2))
     if configs > 1:
-        return _simulate_run(shape, design, cv_ratio, rule, configs, (values, truth, rel), (other, truth2, rel2))
+        return _simulate_run(shape, design, cv_ratio, rule, configs, (values, truth, rel), (other, truth2, rel2),
+                             detail)
     covered, covered2 = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
     flagged, missed = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
     reps = np.zeros(rows, dtype=int)
@@ -246,7 +248,7 @@ Series = tuple[np.ndarray, np.ndarray, np.ndarray]  # values (rows, last), truth
 
 
 def _simulate_run(shape: str, design: tuple[int, int], cv_ratio: float, rule: StopRule, configs: int,
-                  main: Series, second: Series) -> Cell:
+                  main: Series, second: Series, detail: dict[str, np.ndarray] | None = None) -> Cell:
     """Runs of `configs` configurations (rows study-major), in rounds as the runner makes them: after
     every round each configuration asks rule.wants_more with the run's pooled dependence of the main
     metric over the configurations' values so far (plan.run_dependence, what Runner._run_dependent
@@ -278,16 +280,18 @@ def _simulate_run(shape: str, design: tuple[int, int], cv_ratio: float, rule: St
         m = reps == n
         trips = checks.tripped(values[m, :n], calibration.check_thresholds(int(n)))
         flagged[m] = trips["trend"] | trips["dependence"] | trips["two_modes"]
-    flag, covered = _pooled_cover(values, truth, rel, reps, rule, configs)
+    flag, covered = _pooled_cover(values, truth, rel, reps, rule, configs, detail)
     flagged |= flag
+    if detail is not None:  # per configuration, for breakdown()
+        detail.update(reps=reps, flagged=flagged, covered=covered)
     _, covered2 = _pooled_cover(*second, reps, rule, configs)
     unflagged = float(covered[~flagged].mean()) if (~flagged).any() else math.nan
     return Cell(shape, design, cv_ratio, float(covered.mean()), unflagged, float(flagged.mean()),
                 float(covered2.mean()), float(missed.mean()), float(reps.mean()), configs)
 
 
-def _pooled_cover(v: np.ndarray, t: np.ndarray, r: np.ndarray, reps: np.ndarray, rule: StopRule, configs: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _pooled_cover(v: np.ndarray, t: np.ndarray, r: np.ndarray, reps: np.ndarray, rule: StopRule, configs: int,
+                  detail: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(flagged, covered) per configuration: the reported interval at its stop, stretched by the
     run's pooled dependence (what RunEstimator does for a stored run)."""
     rows, last = v.shape
@@ -295,15 +299,18 @@ def _pooled_cover(v: np.ndarray, t: np.ndarray, r: np.ndarray, reps: np.ndarray,
     y = np.where(np.isfinite(y), y, v)
     _, z, _, rho_w = dependence.pooled_batch(y.reshape(-1, configs, last), reps.reshape(-1, configs))
     rho_w, z = np.repeat(rho_w, configs), np.repeat(z, configs)
-    covered = np.zeros(rows, dtype=bool)
+    covered, plain, fac = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool), np.ones(rows)
     for n in np.unique(reps):
         m = reps == n
         c, lo, hi = interval_batch(v[m, :n], rule.design, rule.domain)
-        factor = np.where(rho_w[m] > 0, dependence.variance_factor(rho_w[m], n), 1.0)
-        lo, hi = dependence.widen(c, lo, hi, factor, (v[m, :n] > 0).all(axis=-1))
+        fac[m] = np.where(rho_w[m] > 0, dependence.variance_factor(rho_w[m], n), 1.0)
         err = r[m, :n].max(axis=-1) * np.abs(c)
+        plain[m] = (np.maximum(lo - err, 0.0) <= t[m, n - 1]) & (t[m, n - 1] <= hi + err)
+        lo, hi = dependence.widen(c, lo, hi, fac[m], (v[m, :n] > 0).all(axis=-1))
         lo, hi = np.maximum(lo - err, 0.0), hi + err
         covered[m] = (lo <= t[m, n - 1]) & (t[m, n - 1] <= hi)
+    if detail is not None and "z" not in detail:  # the main metric's (the first call)
+        detail.update(z=z, factor=fac, plain=plain)
     return z < -dependence.Z_FLAG, covered
 
 
@@ -331,6 +338,26 @@ def runner_rule_tables(n: int, which: str) -> str:
     return table(cells_of(shapes, n, DEPENDENCE_RATIOS, ((3, 10),), configs=RUN_CONFIGS))
 
 
+def breakdown(shape: str, cv_ratio: float, studies: int) -> str:
+    """Where a cell's coverage comes from, for runs of RUN_CONFIGS (3..10): the configurations printed
+    without a check, by the run's pooled z and by their repetitions; coverage as printed (widened by the
+    pooled dependence) and of the plain interval."""
+    d: dict[str, np.ndarray] = {}
+    cell = simulate(shape, (3, 10), cv_ratio, studies=studies, configs=RUN_CONFIGS, detail=d)
+    out = [cell.row(), "| configurations without a check | share of all | coverage | plain interval | "
+           "mean widening | mean repetitions |", "|---|---|---|---|---|---|"]
+    free = ~d["flagged"]
+    groups = [(f"z in [{a:g}, {b:g})", (d["z"] >= a) & (d["z"] < b)) for a, b in
+              zip((-np.inf, -1.0, -0.5, 0.0, 0.5, 1.0), (-1.0, -0.5, 0.0, 0.5, 1.0, np.inf), strict=True)]
+    groups += [(f"{k} repetitions", d["reps"] == k) for k in (3, 4, 5)] + [("6-10 repetitions", d["reps"] > 5)]
+    for label, g in groups:
+        m = free & g
+        if m.any():
+            out.append(f"| {label} | {m.mean():.1%} | {d['covered'][m].mean():.2%} | {d['plain'][m].mean():.2%} | "
+                       f"{d['factor'][m].mean():.2f} | {d['reps'][m].mean():.2f} |")
+    return "\n".join(out)
+
+
 def dependence_tables(n: int) -> str:
     """The two tables of runs of RUN_CONFIGS configurations (dependence pooled over them)."""
     return "\n".join([
@@ -342,8 +369,12 @@ def dependence_tables(n: int) -> str:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    n = int(args[0]) if args else STUDIES
+    n = int(args[0]) if args and args[0].isdigit() else STUDIES
     print(f"{n} simulated studies per row, ci_target = {CI_TARGET:.0%}\n")
+    if "--breakdown" in sys.argv:  # where runs of 8 cover: `--breakdown SHAPE CV_RATIO [n]`
+        shape, ratio = args[0], float(args[1])
+        print(breakdown(shape, ratio, int(args[2]) if len(args) > 2 else 2000))
+        sys.exit(0)
     for flag in ("--runner-design", "--runner-held-out-4", "--runner-held-out-5", "--runner-held-out-6"):
         if flag in sys.argv:  # one table each
             print(runner_rule_tables(n, flag.removeprefix("--runner-")))

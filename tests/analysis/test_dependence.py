@@ -128,3 +128,42 @@ def test_a_run_too_small_to_say_anything_is_never_pooled() -> None:
     eight = [[v * (1 + c) for v in rising[0]] for c in range(8)]
     assert dependence.pooled(eight).significant and run_dependence(eight)
 
+
+
+def test_short_configurations_do_not_dilute_the_long_ones_evidence() -> None:
+    """A run where the stopping rule stopped five configurations at three values and ran three to ten
+    (as it does when the first values of some happen to look tight): three values say almost nothing
+    about ρ (E_3 moves 0.11 between ρ = 0 and 0.8, against a standard deviation of 0.35), ten say much.
+    Weighted by each configuration's signal over its noise (RHO_STAR), AR(1) ρ = 0.7 is flagged in 38
+    of 40 seeded runs; weighted equally (the rule before) 26 of 40, the rest left unflagged with
+    intervals that undercover (docs/statistics.md). Independent runs of the same shape stay at the
+    test's 5 % (2 of 40 here; never more than 4)."""
+    def run(rng: np.random.Generator, rho: float) -> list[list[float]]:
+        out = []
+        for c in range(8):
+            n = N if c < 3 else 3
+            e = rng.standard_normal(n)
+            x = np.empty(n)
+            x[0] = e[0]
+            for i in range(1, n):
+                x[i] = rho * x[i - 1] + math.sqrt(1 - rho * rho) * e[i]
+            out.append(list(100.0 * (c + 1) * (1 + 0.03 * x)))
+        return out
+
+    dependent = sum(dependence.pooled(run(np.random.default_rng([26, s]), 0.7)).significant for s in range(40))
+    independent = sum(dependence.pooled(run(np.random.default_rng([26, s]), 0.0)).significant for s in range(40))
+    assert dependent >= 34, dependent
+    assert independent <= 4, independent
+
+
+def test_fewer_runs_of_eight_are_left_unflagged_and_undercovering_under_strong_dependence() -> None:
+    """The cell of issue 24 the weights are for, on the design set's AR(1) ρ = 0.7 at a CV of ci_target:
+    runs of 8 configurations through the runner's own stop and dependence rule (tests/analysis/coverage.py,
+    1 500 runs, seed 1). Weighted, 83 % of the numbers carry the check (60 % weighted equally) and those
+    printed without one cover 95.1 % here (93.0 % weighted equally; at 10 000 runs 94.1 % against 92.7 %:
+    still short of 94.5 %, docs/statistics.md "What is not covered")."""
+    from tests.analysis import coverage
+
+    cell = coverage.simulate("ar1 ρ=0.7", (3, 10), 1.0, studies=1500, configs=8)
+    assert cell.flagged >= 0.75, cell.row()
+    assert cell.unflagged >= 0.94, cell.row()
