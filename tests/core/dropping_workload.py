@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from iolab.core.metrics import NONNEG, Metric
-from iolab.targets.base import Needs, Placement
-from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+from tests.core.one_value_workload import OneValueWorkload
+
+from iolab.targets.base import Placement
+from iolab.workloads.base import WorkloadParams, WorkloadResult
 
 KIND = "dropping"
 REF = "tests.core.dropping_workload:DroppingWorkload"
@@ -31,18 +32,9 @@ class DroppingParams(WorkloadParams):
     kind: Literal["dropping"] = "dropping"
 
 
-class DroppingWorkload(Workload):
+class DroppingWorkload(OneValueWorkload):
     kind: ClassVar[str] = KIND
     Params: ClassVar[type[WorkloadParams]] = DroppingParams
-    main_metric: ClassVar[str] = "value"
-    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1", domain=NONNEG),)
-
-    @classmethod
-    def needs(cls, workload: dict[str, Any]) -> Needs:
-        return Needs()
-
-    def estimate_seconds(self) -> float:
-        return 0.1
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         doomed = _SignalsInItsFinalizer()

@@ -4,15 +4,15 @@ TrialFailed exactly as the real workloads do), so failures land where a test wan
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
+from tests.core.one_value_workload import OneValueWorkload
 
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
-from iolab.core.metrics import NONNEG, Metric
-from iolab.targets.base import Needs, Placement
-from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+from iolab.targets.base import Placement
+from iolab.workloads.base import WorkloadParams, WorkloadResult
 
 KIND = "flaky"
 REF = "tests.core.flaky_workload:FlakyWorkload"
@@ -24,26 +24,15 @@ class FlakyParams(WorkloadParams):
     values: list[float] = Field(default_factory=lambda: [100.0], description="the value of the k-th success, cycled")
 
 
-class FlakyWorkload(Workload):
+class FlakyWorkload(OneValueWorkload):
     kind: ClassVar[str] = KIND
     Params: ClassVar[type[WorkloadParams]] = FlakyParams
-    main_metric: ClassVar[str] = "value"
-    metrics: ClassVar[tuple[Metric, ...]] = (
-        Metric("value", "units", "higher", "the value the test asked for", domain=NONNEG),)
     params: FlakyParams
 
     def __init__(self, params: WorkloadParams):
         super().__init__(params)
         self.attempts = 0
         self.successes = 0
-
-    @classmethod
-    def needs(cls, workload: dict[str, Any]) -> Needs:
-        """Nothing but a command where it runs."""
-        return Needs()
-
-    def estimate_seconds(self) -> float:
-        return 0.1
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         attempt, self.attempts = self.attempts, self.attempts + 1

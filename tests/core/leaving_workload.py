@@ -4,13 +4,14 @@ halfway) would. The trial's cgroup must end it when the trial ends."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
+
+from tests.core.one_value_workload import OneValueWorkload
 
 from iolab.core import owner
 from iolab.core.exec import ExecRequest
-from iolab.core.metrics import NONNEG, Metric
-from iolab.targets.base import Needs, Placement
-from iolab.workloads.base import Workload, WorkloadParams, WorkloadResult
+from iolab.targets.base import Placement
+from iolab.workloads.base import WorkloadParams, WorkloadResult
 
 KIND = "leaving"
 REF = "tests.core.leaving_workload:LeavingWorkload"
@@ -20,19 +21,10 @@ class LeavingParams(WorkloadParams):
     kind: Literal["leaving"] = "leaving"
 
 
-class LeavingWorkload(Workload):
+class LeavingWorkload(OneValueWorkload):
     kind: ClassVar[str] = KIND
     Params: ClassVar[type[WorkloadParams]] = LeavingParams
-    main_metric: ClassVar[str] = "value"
-    metrics: ClassVar[tuple[Metric, ...]] = (Metric("value", "units", "higher", "always 1", domain=NONNEG),)
-
-    @classmethod
-    def needs(cls, workload: dict[str, Any]) -> Needs:
-        """Nothing but a sleeper on the host or in a guest."""
-        return Needs()
-
-    def estimate_seconds(self) -> float:
-        return 0.5
+    ESTIMATE_S: ClassVar[float] = 0.5
 
     def run(self, placement: Placement, timeout_s: float) -> WorkloadResult:
         left = placement.executor.spawn(ExecRequest(["sleep", "600"], timeout_s=600))
