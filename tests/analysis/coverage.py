@@ -21,7 +21,9 @@ truth of each cell is its noise's population median (under drift: of the trials 
 per cell; about ten minutes on a loaded two-core machine); `--dependence` the runs of 8
 configurations; `--runner-design`, `--runner-held-out-4`, `--runner-held-out-5` and
 `--runner-held-out-6` the runner's dependence rule (about 15 minutes each); `--held-out-6` the sixth
-held-out set for one configuration, `--design` the design table alone; `--breakdown SHAPE CV_RATIO [N]`
+held-out set for one configuration, `--quick-runs K [CV_RATIO ...] [--cap=RHO]` `--quick` runs (3..3) of K
+configurations with the width the pooled dependence gives their intervals, `--design` the design table alone;
+`--breakdown SHAPE CV_RATIO [N]`
 where the coverage of runs of 8 configurations comes from (by the pooled z, by repetitions).
 tests/analysis/test_adaptive_coverage.py runs a smaller version and recomputes a few published cells exactly.
 """
@@ -358,6 +360,35 @@ def breakdown(shape: str, cv_ratio: float, studies: int) -> str:
     return "\n".join(out)
 
 
+QUICK_RUN_CONFIGS = (8, 18)  # `--quick` runs: 18 is the virtio study's run, 8 the smallest pooled (MIN_PAIRS)
+QUICK_HEAD = ("| noise | configurations | CV | coverage | widened | width × unwidened: median | 90th percentile |\n"
+              "|---|---|---|---|---|---|---|")
+
+
+def quick_run_table(n: int, configs: int, ratios: tuple[float, ...] = DEPENDENCE_RATIOS,
+                    cap: float | None = None) -> str:
+    """`--quick` runs (looks 3..3) of `configs` configurations on DEPENDENCE_DESIGN: coverage, the share
+    of configurations whose interval the run's pooled dependence widened, and the width of the printed
+    interval over the unwidened one (median, 90th percentile). At 3..3 the pooled bound on ρ is never
+    identified (E_3 is too flat), so every widening is at dependence.RHO_CAP; `cap` replaces it for this
+    table only, which at 3..3 is exactly the ρ an unidentified bound widens for (0: no widening)."""
+    saved = dependence.RHO_CAP
+    if cap is not None:
+        dependence.RHO_CAP = cap
+    try:
+        rows = [QUICK_HEAD]
+        for shape in DEPENDENCE_DESIGN:
+            for r in ratios:
+                d: dict[str, np.ndarray] = {}
+                cell = simulate(shape, (3, 3), r, studies=n, configs=configs, detail=d)
+                f = d["factor"]
+                rows.append(f"| {shape} | {configs} | {r * CI_TARGET:.1%} | {cell.coverage:.2%} | "
+                            f"{(f > 1).mean():.1%} | {np.median(f):.2f} | {np.quantile(f, 0.9):.2f} |")
+        return "\n".join(rows)
+    finally:
+        dependence.RHO_CAP = saved
+
+
 def dependence_tables(n: int) -> str:
     """The two tables of runs of RUN_CONFIGS configurations (dependence pooled over them)."""
     return "\n".join([
@@ -374,6 +405,11 @@ if __name__ == "__main__":
     if "--breakdown" in sys.argv:  # where runs of 8 cover: `--breakdown SHAPE CV_RATIO [n]`
         shape, ratio = args[0], float(args[1])
         print(breakdown(shape, ratio, int(args[2]) if len(args) > 2 else 2000))
+        sys.exit(0)
+    if "--quick-runs" in sys.argv:  # `--quick-runs K [CV_RATIO ...] [--cap=RHO]`: 3..3 runs of K configurations
+        caps = [float(a.split("=")[1]) for a in sys.argv if a.startswith("--cap=")]
+        ratios = tuple(float(a) for a in args[2:]) or DEPENDENCE_RATIOS
+        print(quick_run_table(n, int(args[1]), ratios, caps[0] if caps else None))
         sys.exit(0)
     for flag in ("--runner-design", "--runner-held-out-4", "--runner-held-out-5", "--runner-held-out-6"):
         if flag in sys.argv:  # one table each
