@@ -167,3 +167,19 @@ def test_fewer_runs_of_eight_are_left_unflagged_and_undercovering_under_strong_d
     cell = coverage.simulate("ar1 ρ=0.7", (3, 10), 1.0, studies=1500, configs=8)
     assert cell.flagged >= 0.75, cell.row()
     assert cell.unflagged >= 0.94, cell.row()
+
+
+def test_a_quick_run_is_widened_at_the_cap_or_not_at_all_and_so_on_half_of_independent_runs() -> None:
+    """The limitation docs/statistics.md ("What is not covered": `--quick` runs of several
+    configurations) states, pinned so a change of the rule has to update it: at three values per
+    configuration E_3(ρ) falls only from 1.00 to 0.88 by ρ = 0.9, so the upper bound on ρ is never
+    identified below the cap for up to 19 configurations, and a run of independent values is widened
+    by variance_factor(RHO_CAP, 3) ≈ 4.6 whenever its pooled z < 0: about half the time."""
+    rng = np.random.default_rng(24)
+    for k in (8, 18):
+        y = rng.standard_normal((2000, k, 3))
+        _, z, _, rho_w = dependence.pooled_batch(y, np.full((2000, k), 3))
+        assert set(np.unique(rho_w)) <= {0.0, dependence.RHO_CAP}
+        assert ((rho_w > 0) == (z < 0)).all()
+        assert 0.45 < (rho_w > 0).mean() < 0.55
+    assert 4.5 < float(dependence.variance_factor(dependence.RHO_CAP, 3)) < 4.7
