@@ -100,7 +100,8 @@ DETACH_WAIT_S = 60.0  # a busy device detaches itself once released (autoclear);
 
 def detach_loop(dev: str) -> None:
     """losetup -d, and wait until the kernel really detached it (a busy device only gets autoclear);
-    if it stays attached, the error names what holds it."""
+    if it stays attached, the error names what holds it. A filesystem of the device that an iolab
+    sandbox copied into its own mount namespace is unmounted there (`release_sandbox_copies`)."""
     r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
     deadline = time.monotonic() + DETACH_WAIT_S
     attempt = 0
@@ -110,11 +111,80 @@ def detach_loop(dev: str) -> None:
         time.sleep(0.1)
         attempt += 1
         if attempt % 10 == 0:
+            if attempt % 50 == 10:  # after 1 s, then every 5 s: a sandbox started meanwhile copies it too
+                release_sandbox_copies(dev)
             r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
     if loop_backing_file(dev) is None:
         return
     raise RuntimeError(f"{dev} is still attached after {DETACH_WAIT_S:.0f} s (busy: {holders_of(dev)}): "
                        f"{r.stderr.strip()}")
+
+
+# ---------------------------------------------------------------- mounts copied into sandboxes
+
+def _dev_number(dev: str) -> str | None:
+    """'major:minor' of a block device, as /proc/PID/mountinfo writes it."""
+    try:
+        rdev = os.stat(dev).st_rdev
+    except OSError:
+        return None
+    return f"{os.major(rdev)}:{os.minor(rdev)}"
+
+
+def mount_namespaces_holding(dev: str) -> list[tuple[int, list[str], bool]]:
+    """Other mount namespaces in which a filesystem of `dev` is mounted: (a pid in it, the mount
+    points there, deepest first; whether an iolab process lives in it).
+
+    Why: a sandbox (bwrap `--ro-bind / /`, core/confine.py) starts with a private copy of every
+    mount the host had at that instant, and the host's unmount does not reach the copy. A QEMU
+    or fio sandboxed by one run while another run's filesystem image or loop-device filesystem
+    was mounted kept that filesystem alive, invisibly, and its loop device could not be detached
+    (seen in the parallel suite: "still attached after 60 s ... no mount, holder or process")."""
+    number = _dev_number(dev)
+    if number is None:
+        return []
+    try:
+        mine = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return []
+    spaces: dict[str, tuple[int, list[str]]] = {}
+    iolab_spaces: set[str] = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ns = os.readlink(f"/proc/{entry}/ns/mnt")
+        except OSError:
+            continue
+        if ns == mine:
+            continue
+        if owners.ENV_OWNER in owners.process_environ(int(entry)):
+            iolab_spaces.add(ns)
+        if ns in spaces:
+            continue
+        try:
+            lines = Path(f"/proc/{entry}/mountinfo").read_text().splitlines()
+        except OSError:
+            continue
+        points = [f.split()[4] for f in lines if len(f.split()) > 4 and f.split()[2] == number]
+        spaces[ns] = (int(entry), sorted(points, key=lambda m: m.count("/"), reverse=True))
+    return [(pid, points, ns in iolab_spaces) for ns, (pid, points) in spaces.items() if points]
+
+
+def release_sandbox_copies(dev: str) -> list[str]:
+    """Unmount `dev`'s filesystems from the mount namespaces of iolab's sandboxes (never from a
+    namespace no iolab process lives in); what was unmounted, for messages. Lazily: a sandbox
+    never uses another run's filesystem, but its processes' working directories could sit there."""
+    done = []
+    for pid, points, ours in mount_namespaces_holding(dev):
+        if not ours:
+            continue
+        for point in points:
+            # its root (bwrap pivoted into a new one) and its pid namespace (umount reads the mount
+            # table from /proc/self, and a sandbox's /proc is its own)
+            r = subprocess.run(["nsenter", "--target", str(pid), "--mount", "--root", "--pid", "--",
+                                "umount", "-l", point], capture_output=True, text=True)
+            if r.returncode == 0:
+                done.append(f"{point} in the sandbox of pid {pid}")
+    return done
 
 
 def holders_of(dev: str) -> str:
@@ -136,6 +206,9 @@ def holders_of(dev: str) -> str:
                     found.append(f"pid {pid} ({c.read().strip()})")
         except OSError:
             continue
+    for holder, points, ours in mount_namespaces_holding(dev):
+        who = "an iolab sandbox" if ours else "a process iolab did not start"
+        found.append(f"mounted at {', '.join(points)} in the mount namespace of pid {holder} ({who})")
     return ", ".join(found) or "no mount, holder or process seen (the kernel itself, e.g. a lazily unmounted fs)"
 
 

@@ -130,7 +130,8 @@ class TaggedProcess:
     argv0: str
 
 
-def _environ(pid: int) -> dict[str, str]:
+def process_environ(pid: int) -> dict[str, str]:
+    """The IOLAB_* variables of a process ({} if it is gone or has none)."""
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
@@ -150,7 +151,7 @@ def tagged_processes() -> Iterator[TaggedProcess]:
         if not entry.isdigit() or int(entry) in skip:
             continue
         pid = int(entry)
-        env = _environ(pid)
+        env = process_environ(pid)
         owner = parse_token(env.get(ENV_OWNER, ""))
         if owner is None or owner.pid == pid:
             continue

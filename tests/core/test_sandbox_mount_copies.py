@@ -1,0 +1,110 @@
+"""A sandbox (bwrap `--ro-bind / /`) starts with a private copy of every mount the host has, and
+the host's unmount does not reach it: a QEMU or fio that one run sandboxed while another run's
+filesystem was mounted kept that filesystem alive, and its loop device could not be detached
+(the parallel suite: "still attached after 60 s ... no mount, holder or process seen"). Done here
+for real with a canary filesystem this test makes: iolab unmounts its device's filesystem from
+the namespace of an iolab sandbox, never from one no iolab process lives in, and names it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iolab.core import cleaners
+from iolab.core import owner as owners
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None or shutil.which("mkfs.ext4") is None,
+                                reason="needs root, bwrap and mkfs.ext4 (a loop device and a mount of its own)")
+
+
+@pytest.fixture
+def canary(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A loop device serving a fresh ext4 image, mounted under this test's own directory."""
+    work = Path(os.environ.get("IOLAB_SCRATCH", "/var/tmp")) / f"iolab-test-copies-{os.getpid()}"
+    work.mkdir(parents=True)
+    image, mnt = work / "canary.ext4", work / "mnt"
+    mnt.mkdir()
+    subprocess.run(["truncate", "-s", "32M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", str(image)], check=True)
+    dev = subprocess.run(["losetup", "-f", "--show", str(image)], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    try:
+        subprocess.run(["mount", dev, str(mnt)], check=True)
+        yield dev, mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+        if cleaners.loop_backing_file(dev) == str(image):
+            subprocess.run(["losetup", "-d", dev], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _sandbox(tagged: bool) -> subprocess.Popen[bytes]:
+    """A sandbox shaped like iolab's (core/confine.py), started while the canary is mounted."""
+    env = {k: v for k, v in os.environ.items() if k != owners.ENV_OWNER}
+    if tagged:
+        env[owners.ENV_OWNER] = owners.me().token
+    proc = subprocess.Popen(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--proc", "/proc",
+                             "sleep", "120"], env=env, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until bwrap's namespace exists
+        try:
+            if any(os.readlink(f"/proc/{p}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+                   for p in [str(proc.pid), *_children(proc.pid)]):
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the sandbox did not start")
+
+
+def _children(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, 9)
+    proc.wait()
+
+
+def test_a_filesystem_copied_into_an_iolab_sandbox_does_not_keep_its_loop_device(
+        canary: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    dev, mnt = canary
+    monkeypatch.setattr(cleaners, "DETACH_WAIT_S", 4.0)
+    box = _sandbox(tagged=True)
+    try:
+        subprocess.run(["umount", str(mnt)], check=True)
+        held = cleaners.mount_namespaces_holding(dev)
+        assert [(ours, points) for _, points, ours in held] == [(True, [str(mnt)])], held
+        cleaners.detach_loop(dev)  # the old detach waited its whole bound, then raised "still attached"
+        assert cleaners.loop_backing_file(dev) is None
+        assert box.poll() is None, "the sandbox itself is left alone"
+    finally:
+        _end(box)
+
+
+def test_a_copy_in_a_namespace_iolab_did_not_make_is_named_and_left_alone(
+        canary: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    dev, mnt = canary
+    monkeypatch.setattr(cleaners, "DETACH_WAIT_S", 2.0)
+    box = _sandbox(tagged=False)
+    try:
+        subprocess.run(["umount", str(mnt)], check=True)
+        with pytest.raises(RuntimeError, match=r"mount namespace of pid \d+ \(a process iolab did not start\)"):
+            cleaners.detach_loop(dev)
+        assert [ours for _, _, ours in cleaners.mount_namespaces_holding(dev)] == [False], "left mounted there"
+    finally:
+        _end(box)
+    deadline = time.monotonic() + 10
+    while cleaners.loop_backing_file(dev) is not None and time.monotonic() < deadline:
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+        time.sleep(0.2)
+    assert cleaners.loop_backing_file(dev) is None, "once that namespace is gone, the device detaches"
