@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -70,39 +71,39 @@ def _children(pid: int) -> list[str]:
         return []
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, 9)
-    proc.wait()
+@contextmanager
+def _unmounted_on_the_host_beside(mnt: Path, tagged: bool) -> Iterator[subprocess.Popen[bytes]]:
+    """A sandbox started while the canary is mounted, then the canary unmounted on the host (the
+    sandbox's copy stays); the sandbox is ended after the block."""
+    box = _sandbox(tagged)
+    try:
+        subprocess.run(["umount", str(mnt)], check=True)
+        yield box
+    finally:
+        os.killpg(box.pid, 9)
+        box.wait()
 
 
 def test_a_filesystem_copied_into_an_iolab_sandbox_does_not_keep_its_loop_device(
         canary: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     dev, mnt = canary
     monkeypatch.setattr(cleaners, "DETACH_WAIT_S", 4.0)
-    box = _sandbox(tagged=True)
-    try:
-        subprocess.run(["umount", str(mnt)], check=True)
+    with _unmounted_on_the_host_beside(mnt, tagged=True) as box:
         held = cleaners.mount_namespaces_holding(dev)
         assert [(ours, points) for _, points, ours in held] == [(True, [str(mnt)])], held
         cleaners.detach_loop(dev)  # the old detach waited its whole bound, then raised "still attached"
         assert cleaners.loop_backing_file(dev) is None
         assert box.poll() is None, "the sandbox itself is left alone"
-    finally:
-        _end(box)
 
 
 def test_a_copy_in_a_namespace_iolab_did_not_make_is_named_and_left_alone(
         canary: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     dev, mnt = canary
     monkeypatch.setattr(cleaners, "DETACH_WAIT_S", 2.0)
-    box = _sandbox(tagged=False)
-    try:
-        subprocess.run(["umount", str(mnt)], check=True)
+    with _unmounted_on_the_host_beside(mnt, tagged=False):
         with pytest.raises(RuntimeError, match=r"mount namespace of pid \d+ \(a process iolab did not start\)"):
             cleaners.detach_loop(dev)
         assert [ours for _, _, ours in cleaners.mount_namespaces_holding(dev)] == [False], "left mounted there"
-    finally:
-        _end(box)
     deadline = time.monotonic() + 10
     while cleaners.loop_backing_file(dev) is not None and time.monotonic() < deadline:
         subprocess.run(["losetup", "-d", dev], capture_output=True)

@@ -28,8 +28,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
 from typing import Any
 
@@ -79,23 +79,21 @@ def interrupt_on_stop_signals() -> None:
     sys.unraisablehook = _quiet_dropped_interrupt
 
 
-@contextmanager
-def as_interrupt() -> Iterator[None]:
+def as_interrupt() -> AbstractContextManager[None]:
     """Within the block, every stop signal not inherited as ignored raises KeyboardInterrupt
     through `_interrupt` (so it is remembered), whatever handler was there; restored after."""
-    old = {s: signal.signal(s, _interrupt) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
+    return _handled_by(_interrupt, [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN])
+
+
+def ignored() -> AbstractContextManager[None]:
+    """Within the block every stop signal is ignored: a second Ctrl-C during cleanup must not
+    strand half-removed resources."""
+    return _handled_by(signal.SIG_IGN, STOP_SIGNALS)
 
 
 @contextmanager
-def ignored() -> Iterator[None]:
-    """Within the block every stop signal is ignored: a second Ctrl-C during cleanup must not
-    strand half-removed resources."""
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
+def _handled_by(handler: Any, which: Sequence[signal.Signals]) -> Iterator[None]:
+    old = {s: signal.signal(s, handler) for s in which}
     try:
         yield
     finally:
