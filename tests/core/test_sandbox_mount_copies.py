@@ -45,40 +45,63 @@ def canary(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _sandbox(tagged: bool) -> subprocess.Popen[bytes]:
-    """A sandbox shaped like iolab's (core/confine.py), started while the canary is mounted."""
+def _sandbox(tagged: bool, mnt: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A sandbox shaped like iolab's (core/confine.py), started while the canary is mounted, and
+    its mount namespace, once bwrap has finished building it (its root pivoted: the canary's copy
+    is at the canary's own path there, not under bwrap's /newroot)."""
     env = {k: v for k, v in os.environ.items() if k != owners.ENV_OWNER}
     if tagged:
         env[owners.ENV_OWNER] = owners.me().token
     proc = subprocess.Popen(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--proc", "/proc",
                              "sleep", "120"], env=env, start_new_session=True)
+    mine = os.readlink("/proc/self/ns/mnt")
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # until bwrap's namespace exists
-        try:
-            if any(os.readlink(f"/proc/{p}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
-                   for p in [str(proc.pid), *_children(proc.pid)]):
-                return proc
-        except OSError:
-            pass
+    while time.monotonic() < deadline:
+        for pid in _descendants(proc.pid):
+            try:
+                ns = os.readlink(f"/proc/{pid}/ns/mnt")
+                lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines() if ns != mine else []
+            except OSError:
+                continue
+            if any(line.split()[4] == str(mnt) for line in lines):
+                return proc, ns
         time.sleep(0.05)
     raise AssertionError("the sandbox did not start")
 
 
-def _children(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
+def _descendants(pid: int) -> list[str]:
+    out, todo = [], [str(pid)]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            todo += Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            pass
+    return out
+
+
+def _held_in(ns: str, dev: str) -> list[tuple[list[str], bool]]:
+    """(mount points, iolab's) of the namespaces holding `dev` that are `ns` (other workers' sandboxes
+    may hold copies too: the suite runs in parallel)."""
+    out = []
+    for pid, points, ours in cleaners.mount_namespaces_holding(dev):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") == ns:
+                out.append((points, ours))
+        except OSError:
+            pass
+    return out
 
 
 @contextmanager
-def _unmounted_on_the_host_beside(mnt: Path, tagged: bool) -> Iterator[subprocess.Popen[bytes]]:
+def _unmounted_on_the_host_beside(mnt: Path, tagged: bool) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """A sandbox started while the canary is mounted, then the canary unmounted on the host (the
     sandbox's copy stays); the sandbox is ended after the block."""
-    box = _sandbox(tagged)
+    box, ns = _sandbox(tagged, mnt)
     try:
         subprocess.run(["umount", str(mnt)], check=True)
-        yield box
+        yield box, ns
     finally:
         os.killpg(box.pid, 9)
         box.wait()
@@ -88,9 +111,8 @@ def test_a_filesystem_copied_into_an_iolab_sandbox_does_not_keep_its_loop_device
         canary: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     dev, mnt = canary
     monkeypatch.setattr(cleaners, "DETACH_WAIT_S", 4.0)
-    with _unmounted_on_the_host_beside(mnt, tagged=True) as box:
-        held = cleaners.mount_namespaces_holding(dev)
-        assert [(ours, points) for _, points, ours in held] == [(True, [str(mnt)])], held
+    with _unmounted_on_the_host_beside(mnt, tagged=True) as (box, ns):
+        assert _held_in(ns, dev) == [([str(mnt)], True)], cleaners.mount_namespaces_holding(dev)
         cleaners.detach_loop(dev)  # the old detach waited its whole bound, then raised "still attached"
         assert cleaners.loop_backing_file(dev) is None
         assert box.poll() is None, "the sandbox itself is left alone"
@@ -100,10 +122,10 @@ def test_a_copy_in_a_namespace_iolab_did_not_make_is_named_and_left_alone(
         canary: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     dev, mnt = canary
     monkeypatch.setattr(cleaners, "DETACH_WAIT_S", 2.0)
-    with _unmounted_on_the_host_beside(mnt, tagged=False):
+    with _unmounted_on_the_host_beside(mnt, tagged=False) as (_, ns):
         with pytest.raises(RuntimeError, match=r"mount namespace of pid \d+ \(a process iolab did not start\)"):
             cleaners.detach_loop(dev)
-        assert [ours for _, _, ours in cleaners.mount_namespaces_holding(dev)] == [False], "left mounted there"
+        assert _held_in(ns, dev) == [([str(mnt)], False)], "left mounted there"
     deadline = time.monotonic() + 10
     while cleaners.loop_backing_file(dev) is not None and time.monotonic() < deadline:
         subprocess.run(["losetup", "-d", dev], capture_output=True)
