@@ -18,6 +18,7 @@ from scipy import stats
 from iolab.analysis import dependence
 from iolab.analysis.plan import StopRule, run_dependence
 from iolab.analysis.sequential import LookDesign, RunEstimator, sequential_ci
+from iolab.analysis.verdicts import UNDECIDED, Band, more_needed
 from iolab.core.metrics import NONNEG
 
 CONFIGS, N = 6, 10
@@ -183,3 +184,51 @@ def test_a_quick_run_is_widened_at_the_cap_or_not_at_all_and_so_on_half_of_indep
         assert ((rho_w > 0) == (z < 0)).all()
         assert 0.45 < (rho_w > 0).mean() < 0.55
     assert 4.5 < float(dependence.variance_factor(dependence.RHO_CAP, 3)) < 4.7
+
+
+def _ends(est: RunEstimator, values: list[float]) -> Any:
+    def ends(k: int) -> tuple[float, float]:
+        p = est.projected(values, k)
+        return p.lo, p.hi
+    return ends
+
+
+def test_what_would_decide_a_verdict_counts_the_dependence_its_interval_counts() -> None:
+    """A widened interval must not sit beside "1 more repetition would decide it" that only the unwidened
+    interval would earn: the projection (RunEstimator.projected, which every verdict's "how many more"
+    walks) widens as the printed interval does, at the bound the run would have with that many values.
+    On the old code the projection was the plain interval: 1 or 2 more repetitions for every seed; with
+    the widening 14, 20 or none within the projection's horizon."""
+    for seed in range(10):
+        series = _series(np.random.default_rng([31, seed]), rho=0.9)
+        series = [s[:6] for s in series]  # six values each: more repetitions are still possible
+        doc = _doc(series)
+        est = RunEstimator(doc)
+        values = series[0]
+        e = est.estimate(values, NONNEG)
+        assert "dependence ρ=" in e.method, (seed, e)
+        plain = sequential_ci(values, LookDesign(3, N), NONNEG)
+        now = est.projected(values, 0)
+        assert now.lo <= plain.lo and plain.hi <= now.hi and (now.hi - now.lo) > 1.5 * (plain.hi - plain.lo), (
+            seed, now, plain)
+        assert "dependence ρ=" in now.method
+        # a claim whose edge the plain projection clears with one more repetition, the widened one does not
+        one_more = sequential_ci(values + [float(np.median(values))], LookDesign(3, N), NONNEG)
+        edge = one_more.lo * 0.999
+        band = Band(edge)
+        assert band.decide(e.lo, e.hi) == UNDECIDED, (seed, e, edge)
+        d = more_needed(band, _ends(est, values), current=6)
+        assert d.more is None or d.more > 2, (seed, d)
+
+
+def test_a_projection_narrows_the_bound_with_more_values_and_leaves_independent_runs_alone() -> None:
+    """A quick run widened at the cap (three values say nothing about ρ) projects a bound that falls as
+    the values would grow, never above the widening now; a run not widened is projected unwidened."""
+    dep = dependence.Dependence(rho=0.04, z=-0.1, configurations=18, rho_widen=dependence.RHO_CAP)
+    bounds = [dependence.projected_widen(dep, n) for n in range(3, 11)]
+    assert bounds[0] == dependence.RHO_CAP
+    assert all(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:], strict=False)), bounds
+    assert bounds[-1] < 0.5, bounds
+    assert dependence.projected_widen(dependence.Dependence(0.3, 0.5, 18, 0.0), 10) == 0.0, "not widened now"
+    assert dependence.projected_widen(dependence.Dependence(-0.2, -0.1, 18, 0.4), 10) == 0.0, "ρ̂ not positive"
+    assert dependence.projected_widen(dependence.Dependence(0.9, -5.0, 8, 0.6), 10) <= 0.6, "never above now"

@@ -195,6 +195,30 @@ def pooled(series: Sequence[Sequence[float]]) -> Dependence:
     return Dependence(float(rho[0]), float(z[0]), int(k[0]), float(widen[0]))
 
 
+def projected_widen(dep: Dependence, n: int) -> float:
+    """The ρ the intervals would be widened for once every one of the run's `dep.configurations`
+    configurations has `n` values pooling to the ρ̂ measured so far (equal weights at equal n): what an
+    interval projected to n repetitions is widened by (sequential.RunEstimator.projected), so that
+    "k more repetitions would decide it" counts the dependence the interval printed beside it counts.
+    More values narrow the bound (its standard error falls with n), never widen it: at most the widening
+    now, and 0 where nothing is widened now or ρ̂ is not positive (the pooled ratio would not fall
+    below 1, Z_WIDEN)."""
+    if not (dep.rho_widen > 0 and math.isfinite(dep.rho) and dep.rho > 0 and dep.configurations >= 2 and n >= 3):
+        return 0.0
+    return float(min(max(min(_bound_at(dep.rho, dep.configurations, m) for m in range(3, min(n, N_TABLE) + 1)),
+                         0.0), RHO_CAP, dep.rho_widen))
+
+
+@lru_cache(maxsize=4096)
+def _bound_at(rho: float, configurations: int, n: int) -> float:
+    """ρ̂ + RHO_MARGIN standard errors from `configurations` configurations of n values whose pooled ratio
+    is E_n(ρ̂) (the minimum over 3..n above keeps the projection monotone despite the tables' seeded noise)."""
+    g = expected_ratio(n)
+    var = (n - 2) / ((n - 1) * (n + 1))
+    target = float(np.interp(rho, RHO_GRID, g)) - RHO_MARGIN * math.sqrt(var / configurations)
+    return float(_solve(g[None, :], np.array([target]))[0])
+
+
 def widen(c: np.ndarray, lo: np.ndarray, hi: np.ndarray, factor: np.ndarray, log: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray]:
     """The interval (lo, hi) around c stretched by `factor` (on the log scale where `log`)."""

@@ -310,12 +310,8 @@ class RunEstimator:
         dep = self.dependence_of(values) if not d.integer and e.n >= 3 else dependence.NONE
         if not dep.rho_widen > 0 or not (math.isfinite(e.lo) and math.isfinite(e.hi)):
             return e
-        factor = dependence.variance_factor(dep.rho_widen, e.n)
-        lo, hi = dependence.widen(np.array([e.mean]), np.array([e.lo]), np.array([e.hi]), factor,
-                                  np.array([e.lo > 0]))
         trips = tuple(c for c in checks.CHECKS if c in e.checks or (c == "dependence" and dep.significant))
-        return replace(e, lo=d.clip(float(lo[0])), hi=d.clip(float(hi[0])), checks=trips,
-                       method=e.method + f" dependence ρ={dep.rho_widen:.2f}")
+        return replace(_widened(e, dep.rho_widen, d), checks=trips)
 
     def estimate(self, values: Sequence[float | None], domain: Domain | Metric = NONNEG, rel: float = 0.0
                  ) -> Estimate:
@@ -350,8 +346,16 @@ class RunEstimator:
         return ratio_with_resolution(mover_ratio(a, b), ra, rb)
 
     def projected(self, values: Sequence[float | None], extra: int, domain: Domain = NONNEG) -> Estimate:
-        """`values`' interval after `extra` more repetitions at the spread measured (projected)."""
-        return projected(values, self.design, domain, extra, self.family)
+        """`values`' interval after `extra` more repetitions at the spread measured (projected), widened
+        for the run's dependence as the printed interval is, at the bound the run would have with that
+        many values (dependence.projected_widen): without it a widened interval could sit beside "1 more
+        repetition would decide it" that only an unwidened one would."""
+        e = projected(values, self.design, domain, extra, self.family)
+        dep = self.dependence_of(values) if not domain.integer and e.n >= 3 else dependence.NONE
+        rho = dependence.projected_widen(dep, e.n)
+        if not rho > 0 or not (math.isfinite(e.lo) and math.isfinite(e.hi)):
+            return e
+        return _widened(e, rho, domain)
 
     def projected_ratio(self, num: Sequence[float | None], den: Sequence[float | None], extra: int,
                         domain: Domain = NONNEG) -> Estimate:
@@ -374,6 +378,14 @@ class RunEstimator:
         """The ratio of the two configurations' estimates (the aggregate no longer matters: the median
         of a rate is the rate of the median time)."""
         return self.ratio(num, den, rels)
+
+
+def _widened(e: Estimate, rho: float, d: Domain) -> Estimate:
+    """`e`'s interval stretched by the factor AR(1) dependence at `rho` makes in the variance of a mean
+    of e.n values (on the log scale for a positive interval), kept in its domain."""
+    lo, hi = dependence.widen(np.array([e.mean]), np.array([e.lo]), np.array([e.hi]),
+                              dependence.variance_factor(rho, e.n), np.array([e.lo > 0]))
+    return replace(e, lo=d.clip(float(lo[0])), hi=d.clip(float(hi[0])), method=e.method + f" dependence ρ={rho:.2f}")
 
 
 def _run_dependence(trials: list[dict[str, Any]]) -> dict[tuple[float, ...], dependence.Dependence]:
