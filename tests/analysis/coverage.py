@@ -21,8 +21,9 @@ truth of each cell is its noise's population median (under drift: of the trials 
 per cell; about ten minutes on a loaded two-core machine); `--dependence` the runs of 8
 configurations; `--runner-design`, `--runner-held-out-4`, `--runner-held-out-5` and
 `--runner-held-out-6` the runner's dependence rule (about 15 minutes each); `--held-out-6` the sixth
-held-out set for one configuration, `--quick-runs K [CV_RATIO ...] [--cap=RHO]` `--quick` runs (3..3) of K
-configurations with the width the pooled dependence gives their intervals, `--design` the design table alone;
+held-out set for one configuration, `--quick-runs K [CV_RATIO ...] [--cap=RHO] [--held-out-6]` `--quick`
+runs (3..3) of K configurations with the width the pooled dependence gives their intervals (`--cap`: the rule
+before dependence.tested_in), `--design` the design table alone;
 `--breakdown SHAPE CV_RATIO [N]`
 where the coverage of runs of 8 configurations comes from (by the pooled z, by repetitions).
 tests/analysis/test_adaptive_coverage.py runs a smaller version and recomputes a few published cells exactly.
@@ -301,6 +302,8 @@ def _pooled_cover(v: np.ndarray, t: np.ndarray, r: np.ndarray, reps: np.ndarray,
     y = np.where(np.isfinite(y), y, v)
     _, z, _, rho_w = dependence.pooled_batch(y.reshape(-1, configs, last), reps.reshape(-1, configs))
     rho_w, z = np.repeat(rho_w, configs), np.repeat(z, configs)
+    if not dependence.tested_in(last):  # a design too short to test it: unwidened, every number labelled
+        rho_w, z = np.zeros_like(rho_w), np.full_like(z, -np.inf)
     covered, plain, fac = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool), np.ones(rows)
     for n in np.unique(reps):
         m = reps == n
@@ -366,18 +369,20 @@ QUICK_HEAD = ("| noise | configurations | CV | coverage | widened | width × unw
 
 
 def quick_run_table(n: int, configs: int, ratios: tuple[float, ...] = DEPENDENCE_RATIOS,
-                    cap: float | None = None) -> str:
+                    cap: float | None = None, shapes: tuple[str, ...] = DEPENDENCE_DESIGN) -> str:
     """`--quick` runs (looks 3..3) of `configs` configurations on DEPENDENCE_DESIGN: coverage, the share
     of configurations whose interval the run's pooled dependence widened, and the width of the printed
-    interval over the unwidened one (median, 90th percentile). At 3..3 the pooled bound on ρ is never
-    identified (E_3 is too flat), so every widening is at dependence.RHO_CAP; `cap` replaces it for this
-    table only, which at 3..3 is exactly the ρ an unidentified bound widens for (0: no widening)."""
-    saved = dependence.RHO_CAP
+    interval over the unwidened one (median, 90th percentile). iolab's rule (dependence.tested_in): a
+    3..3 run is not widened, every number carries `independence_assumed`. `cap` simulates the rule before
+    it instead, for this table only: the pooled widening, whose bound on ρ is never identified at 3..3 (E_3
+    is too flat), so that every widening is at `cap` (dependence.RHO_CAP then: 0.9)."""
+    saved = dependence.RHO_CAP, dependence.tested_in
     if cap is not None:
         dependence.RHO_CAP = cap
+        dependence.tested_in = lambda last: True  # type: ignore[assignment]  # the rule before
     try:
         rows = [QUICK_HEAD]
-        for shape in DEPENDENCE_DESIGN:
+        for shape in shapes:
             for r in ratios:
                 d: dict[str, np.ndarray] = {}
                 cell = simulate(shape, (3, 3), r, studies=n, configs=configs, detail=d)
@@ -386,7 +391,7 @@ def quick_run_table(n: int, configs: int, ratios: tuple[float, ...] = DEPENDENCE
                             f"{(f > 1).mean():.1%} | {np.median(f):.2f} | {np.quantile(f, 0.9):.2f} |")
         return "\n".join(rows)
     finally:
-        dependence.RHO_CAP = saved
+        dependence.RHO_CAP, dependence.tested_in = saved  # type: ignore[assignment]
 
 
 def dependence_tables(n: int) -> str:
@@ -406,10 +411,11 @@ if __name__ == "__main__":
         shape, ratio = args[0], float(args[1])
         print(breakdown(shape, ratio, int(args[2]) if len(args) > 2 else 2000))
         sys.exit(0)
-    if "--quick-runs" in sys.argv:  # `--quick-runs K [CV_RATIO ...] [--cap=RHO]`: 3..3 runs of K configurations
+    if "--quick-runs" in sys.argv:  # `--quick-runs K [CV_RATIO ...] [--cap=RHO] [--held-out-6]`: 3..3 runs of K
         caps = [float(a.split("=")[1]) for a in sys.argv if a.startswith("--cap=")]
         ratios = tuple(float(a) for a in args[2:]) or DEPENDENCE_RATIOS
-        print(quick_run_table(n, int(args[1]), ratios, caps[0] if caps else None))
+        print(quick_run_table(n, int(args[1]), ratios, caps[0] if caps else None,
+                              HELD_OUT_6 if "--held-out-6" in sys.argv else DEPENDENCE_DESIGN))
         sys.exit(0)
     for flag in ("--runner-design", "--runner-held-out-4", "--runner-held-out-5", "--runner-held-out-6"):
         if flag in sys.argv:  # one table each

@@ -38,7 +38,9 @@ widening retuned after it (Z_WIDEN 1.0 → 0, RHO_MARGIN 0 → 1.5) judged on th
 raised from 1.0 to Z_FLAG judged on the sixth, each set written and committed before it was evaluated
 (docs/statistics.md); the weights (RHO_STAR) were set before any simulation, checked on the design set,
 and sets four to six evaluated once with them. A run of one configuration has nothing to pool: its
-intervals are not widened.
+intervals are not widened. Nor are a run's whose design never reaches CHECK_FROM repetitions
+(`tested_in`: `--quick`): three values cannot bound ρ, and its intervals carry
+checks.INDEPENDENCE_ASSUMED instead of a widening decided by a coin flip.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
+from iolab.analysis.checks import CHECK_FROM
 
 Z_FLAG = 1.645  # one-sided 5 %: the pooled evidence that flags the run's numbers of the metric
 # The evidence from which the intervals are widened (flagged or not): any sign of positive dependence
@@ -74,6 +78,16 @@ RHO_STAR = 0.5
 RHO_GRID = np.linspace(-0.9, 0.95, 186)
 RHO_CAP = 0.9  # the largest ρ an interval is widened for (beyond it n values are worth about one)
 N_TABLE = 200
+
+
+def tested_in(last_look: int) -> bool:
+    """Whether a run whose configurations are measured at most `last_look` times is widened (and flagged)
+    for its pooled dependence. Not below CHECK_FROM: there the upper bound on ρ is not identified (at three
+    values E_3 falls only from 1 to 0.88 by ρ = 0.9, so for fewer than ~20 configurations the bound is
+    RHO_CAP whenever z < 0), and widening 4.6-fold on the sign of a z that independent and dependent runs
+    share alike is a coin flip, not evidence: a `--quick` run's intervals are printed unwidened with
+    checks.INDEPENDENCE_ASSUMED instead (docs/statistics.md, "`--quick` runs of several configurations")."""
+    return last_look >= CHECK_FROM
 
 
 @lru_cache(maxsize=64)

@@ -132,12 +132,17 @@ def present(doc: Doc, f: GenericFindings | Mapping[str, Any]) -> tuple[list[str]
             notes.append(Note(f"{c.config_id}: {k} trial(s) with {m} = 0 (stalled?): in the estimate and its "
                               "interval, never dropped", "warn"))
         for m, e in c.metrics.items():
-            if e.checks:
-                notes.append(Note(f"{label}: {m}: " + "; ".join(f"{k} — {checks.MEANING[k]}" for k in e.checks)
+            tripped = [k for k in e.checks if k != checks.INDEPENDENCE_ASSUMED]
+            if tripped:
+                notes.append(Note(f"{label}: {m}: " + "; ".join(f"{k} — {checks.MEANING[k]}" for k in tripped)
                                   + ": no 95 % is claimed for it", "warn"))
         if c.undeclared:
             notes.append(Note(f"{c.config_id}: metrics without a declaration (no unit or direction): "
                               + ", ".join(c.undeclared), "warn"))
+    if any(checks.INDEPENDENCE_ASSUMED in e.checks for c in configs for e in c.metrics.values()):
+        # the design's, not a configuration's: said once, not once per number
+        notes.insert(0, Note(f"⚑ {checks.INDEPENDENCE_ASSUMED}: {checks.MEANING[checks.INDEPENDENCE_ASSUMED]}",
+                             "warn"))
     title = f"Per configuration (median of the repetitions and its interval, {typed.interval_method})"
     table = Table(title, label_keys + [_header(m, configs) for m in shown] + ["n ok", "failed", "flags"], rows,
                   notes=notes)

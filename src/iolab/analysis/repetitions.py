@@ -128,7 +128,9 @@ INTRO = ("Each number is the median of its configuration's successful repetition
 def section(records: list[ConfigRepetitions]) -> Section:
     """The report's 'Repetitions' section: n, failures, the stop reason and the interval method."""
     rows = [[r.label, r.ok, r.failed_of, r.main_metric or "—", r.stop_reason, r.interval_method,
-             f"±{r.clock_error:.1%}" if r.clock_error else "—", ", ".join(r.checks) or "—"]
+             f"±{r.clock_error:.1%}" if r.clock_error else "—",
+             ", ".join(r.checks) or (f"not run: fewer than {checks.CHECK_FROM} values" if r.ok < checks.CHECK_FROM
+                                     else "—")]
             for r in records]
     notes = [Note(f"{r.label}: {r.zero_values} trial(s) measured {r.main_metric} = 0 (a stall); "
                   "it is in the estimate and its interval, never dropped", "warn") for r in records if r.zero_values]

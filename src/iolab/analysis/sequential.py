@@ -283,7 +283,10 @@ class RunEstimator:
     of that metric is widened for it, and where it is significant each also carries the `dependence`
     check. An estimate's
     values are matched to their metric by the stored series they are (a configuration's values of
-    one metric in trial order): values that are not a stored series of this run are not widened."""
+    one metric in trial order): values that are not a stored series of this run are not widened.
+    A run whose design never reaches checks.CHECK_FROM repetitions (`--quick`: 3..3) cannot test it at
+    all (dependence.tested_in): its intervals are not widened on a coin flip but carry
+    `independence_assumed`, beside the number like a tripped check."""
 
     def __init__(self, doc: dict[str, Any], family: int = 1):
         self.design = design_of(doc)
@@ -301,12 +304,16 @@ class RunEstimator:
 
     def dependence_of(self, values: Sequence[float | None]) -> dependence.Dependence:
         """The run's pooled dependence of the metric whose stored series `values` is (NONE if none)."""
+        if not dependence.tested_in(self.design.last):
+            return dependence.NONE  # a design too short to test it: labelled instead (_with_dependence)
         if self._series is None:
             self._series = _run_dependence(self._trials)
         key = tuple(float(v) for v in finite(values)[0])
         return self._series.get(key, dependence.NONE)
 
     def _with_dependence(self, e: Estimate, values: Sequence[float | None], d: Domain) -> Estimate:
+        if not dependence.tested_in(self.design.last) and not d.integer and e.n >= 2:
+            return replace(e, checks=(*e.checks, checks.INDEPENDENCE_ASSUMED))
         dep = self.dependence_of(values) if not d.integer and e.n >= 3 else dependence.NONE
         if not dep.rho_widen > 0 or not (math.isfinite(e.lo) and math.isfinite(e.hi)):
             return e

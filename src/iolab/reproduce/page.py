@@ -160,7 +160,10 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
         sections.insert(0, Section("Quick reproduction", [Note(
             f"{why} so claims that need the full matrix (more groups, "
             "the application beside the groups, every record size) are 'not testable here'. Run `iolab reproduce` "
-            "for all of them.", "warn")]))
+            "for all of them." + ("" if isinstance((doc.get("extra") or {}).get("budget"), dict) else
+            " Three repetitions per configuration cannot test whether consecutive repetitions are alike: every "
+            "interval of a quick run assumes they are independent (⚑ independence_assumed) and is too narrow if "
+            "they are not, so its verdicts hold on that assumption (docs/statistics.md)."), "warn")]))
     return summary, sections
 
 
