@@ -43,9 +43,9 @@ MEANING = {
     "dependence": "consecutive repetitions are alike: n values hold less information than n, the interval "
                   "may be too narrow",
     "two_modes": "the values fall in two groups: the estimate describes neither",
-    "independence_assumed": "a design of fewer than 5 repetitions per configuration (`--quick`) cannot test whether "
-                            "consecutive repetitions are alike: the interval assumes they are independent, and is too "
-                            "narrow if they are not",
+    "independence_assumed": f"a design of fewer than {CHECK_FROM} repetitions per configuration (`--quick`) cannot "
+                            "test whether consecutive repetitions are alike: the interval assumes they are "
+                            "independent, and is too narrow if they are not",
 }
 # Not a check that trips: the label of every interval of a run whose design never reaches CHECK_FROM values,
 # where neither these checks nor the run's pooled dependence (analysis/dependence.py `tested_in`) can test it.
