@@ -25,7 +25,9 @@ held-out set for one configuration, `--quick-runs K [CV_RATIO ...] [--cap=RHO] [
 runs (3..3) of K configurations with the width the pooled dependence gives their intervals (`--cap`: the rule
 before dependence.tested_in), `--design` the design table alone;
 `--breakdown SHAPE CV_RATIO [N]`
-where the coverage of runs of 8 configurations comes from (by the pooled z, by repetitions).
+where the coverage of runs of 8 configurations comes from (by the pooled z, by repetitions); `--test-power`
+the pooled dependence test's power against the most powerful invariant test's (`point_optimal`); `--levers`
+the alternatives to the shipped rule for runs that were measured and not kept (`LEVERS`).
 tests/analysis/test_adaptive_coverage.py runs a smaller version and recomputes a few published cells exactly.
 """
 
@@ -363,6 +365,136 @@ def breakdown(shape: str, cv_ratio: float, studies: int) -> str:
     return "\n".join(out)
 
 
+def point_optimal(y: np.ndarray, n: np.ndarray, rho1: float = dependence.RHO_STAR) -> np.ndarray:
+    """King's point-optimal invariant statistic against AR(1) ρ = rho1, per run: `y` (runs, K, last) each
+    configuration's values in run order, the first n[run, c] used. Each configuration's mean and spread are
+    unknown (nuisance), so a test may use only what is invariant to them; the log density ratio of that
+    maximal invariant (King 1980: |Σ|^-½ (1'Σ⁻¹1)^-½ (e'Σ⁻¹e)^-(n-1)/2, e the GLS residuals), summed over
+    the configurations, is by Neyman and Pearson the most powerful invariant test against rho1: no test that
+    does not know the configurations' means and spreads separates independent runs from ones at rho1
+    better. Configurations with fewer than 3 values say nothing (one invariant needs n - 2 >= 1)."""
+    y = np.asarray(y, dtype=float)
+    n = np.asarray(n)
+    out = np.zeros(y.shape[0])
+    for m in np.unique(n):
+        if m < 3:
+            continue
+        idx = np.arange(int(m))
+        sigma = rho1 ** np.abs(np.subtract.outer(idx, idx))
+        inv = np.linalg.inv(sigma)
+        a = inv.sum()
+        proj = inv - np.outer(inv.sum(axis=1), inv.sum(axis=0)) / a
+        x = y[..., :m]
+        q1 = np.einsum("...i,ij,...j->...", x, proj, x)
+        q0 = ((x - x.mean(axis=-1, keepdims=True)) ** 2).sum(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lr = (-0.5 * np.linalg.slogdet(sigma)[1] - 0.5 * math.log(a) + 0.5 * math.log(m)
+                  - (m - 1) / 2 * (np.log(q1) - np.log(q0)))
+        out += np.where((n == m) & np.isfinite(lr), lr, 0.0).sum(axis=-1)
+    return out
+
+
+def _ar1_runs(rng: np.random.Generator, runs: int, configs: int, last: int, rho: float) -> np.ndarray:
+    """Stationary normal AR(1) series (runs, configs, last), unit variance."""
+    e = rng.standard_normal((runs, configs, last))
+    x = np.empty_like(e)
+    x[..., 0] = e[..., 0]
+    for t in range(1, last):
+        x[..., t] = rho * x[..., t - 1] + math.sqrt(1 - rho * rho) * e[..., t]
+    return x
+
+
+POWER_RATES = (0.05, 0.12, 0.33)  # false alarms on independent runs: the flag's, the widening's budget, z < 0
+
+
+def dependence_power(runs: int, n: tuple[int, ...] | np.ndarray, rho: float, seed: int = 1,
+                     rates: tuple[float, ...] = POWER_RATES) -> list[tuple[float, float, float]]:
+    """(false-alarm rate, power of the run's pooled z (dependence.pooled_batch), power of the point-optimal
+    invariant test) against AR(1) ρ = `rho`, for runs whose configurations have `n` values each; each test
+    at its own threshold for that false-alarm rate on independent runs (the same seed's)."""
+    rng = np.random.default_rng([seed, int(rho * 1000), len(n), *map(int, n)])
+    counts = np.broadcast_to(np.asarray(n), (runs, len(n)))
+    y0, y1 = (_ar1_runs(rng, runs, len(n), int(max(n)), r) for r in (0.0, rho))
+    z0, z1 = (dependence.pooled_batch(y, counts)[1] for y in (y0, y1))
+    p0, p1 = (point_optimal(y, counts) for y in (y0, y1))
+    out = []
+    for rate in rates:
+        tz, tp = np.quantile(-z0, 1 - rate), np.quantile(p0, 1 - rate)
+        out.append((rate, float((-z1 > tz).mean()), float((p1 > tp).mean())))
+    return out
+
+
+POWER_RUNS = ((3,) * 8, (4,) * 8, (5,) * 8, (6,) * 8, (10,) * 3 + (3,) * 5)
+
+
+def power_table(runs: int) -> str:
+    """`--test-power`: the pooled test against the most powerful invariant one, runs of 8 configurations."""
+    rows = ["| values per configuration | AR(1) ρ | false alarms | pooled z: power | point-optimal invariant: power |",
+            "|---|---|---|---|---|"]
+    return "\n".join(rows + [r for n in POWER_RUNS for rho in (0.4, 0.7) for r in power_rows(runs, n, rho)])
+
+
+def power_rows(runs: int, n: tuple[int, ...], rho: float) -> list[str]:
+    """The `--test-power` table's rows for one run shape and one ρ."""
+    label = f"8 × {n[0]}" if len(set(n)) == 1 else "3 × 10 and 5 × 3"
+    return [f"| {label} | {rho} | {rate:.0%} | {pz:.1%} | {pp:.1%} |"
+            for rate, pz, pp in dependence_power(runs, n, rho)]
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One alternative to the shipped rule for runs of several configurations (`--levers`): the first look,
+    dependence.Z_WIDEN / RHO_MARGIN / Z_TRIP, a factor on every look's tail (calibration.per_look_alpha),
+    and the configurations per run."""
+
+    label: str
+    first: int = 3
+    z_widen: float = dependence.Z_WIDEN
+    rho_margin: float = dependence.RHO_MARGIN
+    z_trip: float = dependence.Z_TRIP
+    alpha_factor: float = 1.0
+    configs: int = RUN_CONFIGS
+
+
+LEVERS = (
+    Lever("shipped"),
+    Lever("first look at 5", first=5),
+    Lever("first look at 5, widened from z < -0.5 at 2.5 se", first=5, z_widen=0.5, rho_margin=2.5),
+    Lever("first look at 5, widened from z < -0.75 at 3.5 se", first=5, z_widen=0.75, rho_margin=3.5),
+    Lever("repeated on while z < -1 (Z_TRIP 1.0)", z_trip=1.0),
+    Lever("every look's tail x 1.3", alpha_factor=1.3),
+    Lever("every look's tail x 1.6", alpha_factor=1.6),
+    Lever("32 configurations per run", configs=32),
+)
+
+
+def levers_table(n: int) -> str:
+    """`--levers`: DEPENDENCE_DESIGN in runs under each of LEVERS (n runs of 8 configurations' worth of
+    numbers per cell), the module constants restored after each."""
+    rows = ["| rule | noise | CV | coverage | coverage, no check printed | check printed | mean repetitions |",
+            "|---|---|---|---|---|---|---|"]
+    return "\n".join(rows + [lever_row(lever, shape, r, n) for lever in LEVERS for shape in DEPENDENCE_DESIGN
+                              for r in DEPENDENCE_RATIOS])
+
+
+def lever_row(lever: Lever, shape: str, cv_ratio: float, n: int) -> str:
+    """One `--levers` row: the cell under `lever`, the module's constants restored after it."""
+    saved = dependence.Z_WIDEN, dependence.RHO_MARGIN, dependence.Z_TRIP, calibration.per_look_alpha
+    original = calibration.per_look_alpha
+    dependence.Z_WIDEN, dependence.RHO_MARGIN, dependence.Z_TRIP = lever.z_widen, lever.rho_margin, lever.z_trip
+    calibration.per_look_alpha = lambda a, b, k=lever.alpha_factor: original(a, b) * k  # type: ignore[assignment]
+    dependence._bound_at.cache_clear()
+    try:
+        c = simulate(shape, (lever.first, 10), cv_ratio, studies=n * RUN_CONFIGS // lever.configs,
+                     configs=lever.configs)
+    finally:
+        dependence.Z_WIDEN, dependence.RHO_MARGIN, dependence.Z_TRIP, calibration.per_look_alpha = saved
+        dependence._bound_at.cache_clear()
+    unflagged = "–" if math.isnan(c.unflagged) else f"{c.unflagged:.2%}"
+    return (f"| {lever.label} | {shape} | {cv_ratio * CI_TARGET:.1%} | {c.coverage:.2%} | {unflagged} | "
+            f"{c.flagged:.1%} | {c.mean_reps:.2f} |")
+
+
 QUICK_RUN_CONFIGS = (8, 18)  # `--quick` runs: 18 is the virtio study's run, 8 the smallest pooled (MIN_PAIRS)
 QUICK_HEAD = ("| noise | configurations | CV | coverage | widened | width × unwidened: median | 90th percentile |\n"
               "|---|---|---|---|---|---|---|")
@@ -416,6 +548,12 @@ if __name__ == "__main__":
         ratios = tuple(float(a) for a in args[2:]) or DEPENDENCE_RATIOS
         print(quick_run_table(n, int(args[1]), ratios, caps[0] if caps else None,
                               HELD_OUT_6 if "--held-out-6" in sys.argv else DEPENDENCE_DESIGN))
+        sys.exit(0)
+    if "--levers" in sys.argv:  # the alternatives to the shipped rule for runs, on the design set
+        print(levers_table(n))
+        sys.exit(0)
+    if "--test-power" in sys.argv:  # the pooled test against the most powerful invariant test
+        print(power_table(n))
         sys.exit(0)
     for flag in ("--runner-design", "--runner-held-out-4", "--runner-held-out-5", "--runner-held-out-6"):
         if flag in sys.argv:  # one table each

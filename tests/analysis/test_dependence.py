@@ -172,6 +172,45 @@ def test_fewer_runs_of_eight_are_left_unflagged_and_undercovering_under_strong_d
     assert cell.unflagged >= 0.94, cell.row()
 
 
+def test_no_invariant_test_separates_dependent_runs_much_better_than_the_pooled_one() -> None:
+    """Why the open cells of runs of 8 stay open is the test's power, so its power is what is checked: against
+    King's point-optimal invariant test (tests/analysis/coverage.py `point_optimal`), the most powerful test
+    that does not know the configurations' means and spreads, at the false-alarm rate the widening can spend on
+    normal noise (12 %). Both ways: the pooled z must come within 3 points of it (equal weights on 3 × 10 and
+    5 × 3 values, or a statistic that throws away the short configurations, fall further behind), and it must
+    not beat it by more than the simulation's noise (or the bound computed would be wrong, not tight). At 8 × 4
+    values and AR(1) ρ = 0.7 both detect about 60 %, on 3 × 10 + 5 × 3 about 94 % (docs/statistics.md, "How
+    much a better test could give")."""
+    from tests.analysis import coverage
+
+    for n, floor in (((4,) * 8, 0.5), ((10,) * 3 + (3,) * 5, 0.88)):
+        (_, pooled, optimal), = coverage.dependence_power(6000, n, 0.7, seed=3, rates=(0.12,))
+        assert optimal >= floor, (n, pooled, optimal)
+        assert pooled >= optimal - 0.03, (n, pooled, optimal)
+        assert optimal >= pooled - 0.02, (n, pooled, optimal)
+
+
+def test_docs_publish_the_power_and_lever_tables_of_the_checked_in_driver() -> None:
+    """docs/statistics.md's `--test-power` and `--levers` tables are what the driver computes (rows recomputed
+    exactly: the same seeds), and computing a lever leaves the shipped rule in place."""
+    import re
+    from pathlib import Path
+
+    from tests.analysis import coverage
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "statistics.md").read_text()
+    power = re.search(r"<!-- test-power -->\n(.*?)\n<!-- /test-power -->", text, re.S)
+    levers = re.search(r"<!-- levers -->\n(.*?)\n<!-- /levers -->", text, re.S)
+    assert power and levers, "docs/statistics.md lacks the test-power or levers block"
+    for row in coverage.power_rows(20000, (4,) * 8, 0.7):
+        assert row in power.group(1), f"out of date (`python -m tests.analysis.coverage 20000 --test-power`): {row}"
+    tail = next(lv for lv in coverage.LEVERS if lv.alpha_factor == 1.3)
+    for shape, ratio in (("normal", 0.5), ("ar1 ρ=0.7", 0.5)):
+        row = coverage.lever_row(tail, shape, ratio, 10000)
+        assert row in levers.group(1), f"out of date (`python -m tests.analysis.coverage 10000 --levers`): {row}"
+    assert dependence.Z_WIDEN == 0.0 and dependence.RHO_MARGIN == 1.5  # lever_row put the shipped rule back
+
+
 def test_the_pooled_bound_at_three_values_is_the_cap_or_nothing_on_half_of_independent_runs() -> None:
     """Why a `--quick` run is not widened for its pooled dependence (dependence.tested_in): at three
     values per configuration E_3(ρ) falls only from 1.00 to 0.88 by ρ = 0.9, so the upper bound on ρ is
