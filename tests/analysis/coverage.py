@@ -434,6 +434,33 @@ def power_table(runs: int) -> str:
     return "\n".join(rows + [r for n in POWER_RUNS for rho in (0.4, 0.7) for r in power_rows(runs, n, rho)])
 
 
+SINGLE_POWER_RATES = (checks.TAIL, 0.05)  # the check's own false-alarm rate per look, and a lenient one
+
+
+def single_power_rows(runs: int, n: int, rho: float, seed: int = 1) -> list[str]:
+    """One configuration alone (nothing to pool): power against AR(1) ρ = `rho` of the per-configuration
+    `dependence` check's statistic (checks.rank_von_neumann) and of the point-optimal invariant test, each at
+    its own threshold for the same false-alarm rate on independent series of n values (the same seed's)."""
+    rng = np.random.default_rng([seed, int(rho * 1000), n])
+    y0, y1 = (_ar1_runs(rng, runs, 1, n, r) for r in (0.0, rho))
+    counts = np.full((runs, 1), n)
+    r0, r1 = checks.rank_von_neumann(y0[:, 0]), checks.rank_von_neumann(y1[:, 0])
+    p0, p1 = point_optimal(y0, counts), point_optimal(y1, counts)
+    rows = []
+    for rate in SINGLE_POWER_RATES:
+        tr, tp = np.quantile(r0, rate), np.quantile(p0, 1 - rate)
+        rows.append(f"| {n} | {rho} | {rate:.0%} | {(r0 <= tr).mean():.1%} | {(r1 <= tr).mean():.1%} | "
+                    f"{(p1 > tp).mean():.1%} |")
+    return rows
+
+
+def single_power_table(runs: int) -> str:
+    """`--test-power`, second table: one configuration's own check against the most powerful invariant test."""
+    rows = ["| values | AR(1) ρ | false alarms | the check's, measured | `dependence` check: power | "
+            "point-optimal invariant: power |", "|---|---|---|---|---|---|"]
+    return "\n".join(rows + [r for n in (8, 10) for rho in (0.3, 0.5, 0.8) for r in single_power_rows(runs, n, rho)])
+
+
 def power_rows(runs: int, n: tuple[int, ...], rho: float) -> list[str]:
     """The `--test-power` table's rows for one run shape and one ρ."""
     label = f"8 × {n[0]}" if len(set(n)) == 1 else "3 × 10 and 5 × 3"
@@ -554,6 +581,8 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--test-power" in sys.argv:  # the pooled test against the most powerful invariant test
         print(power_table(n))
+        print("\nOne configuration:\n")
+        print(single_power_table(n))
         sys.exit(0)
     for flag in ("--runner-design", "--runner-held-out-4", "--runner-held-out-5", "--runner-held-out-6"):
         if flag in sys.argv:  # one table each

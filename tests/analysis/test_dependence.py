@@ -204,6 +204,10 @@ def test_docs_publish_the_power_and_lever_tables_of_the_checked_in_driver() -> N
     assert power and levers, "docs/statistics.md lacks the test-power or levers block"
     for row in coverage.power_rows(20000, (4,) * 8, 0.7):
         assert row in power.group(1), f"out of date (`python -m tests.analysis.coverage 20000 --test-power`): {row}"
+    single = re.search(r"<!-- test-power-single -->\n(.*?)\n<!-- /test-power-single -->", text, re.S)
+    assert single, "docs/statistics.md lacks the one-configuration test-power block"
+    for row in coverage.single_power_rows(20000, 10, 0.5):
+        assert row in single.group(1), f"out of date (`… 20000 --test-power`): {row}"
     tail = next(lv for lv in coverage.LEVERS if lv.alpha_factor == 1.3)
     for shape, ratio in (("normal", 0.5), ("ar1 ρ=0.7", 0.5)):
         row = coverage.lever_row(tail, shape, ratio, 10000)
