@@ -136,6 +136,20 @@ def test_r2_straddling_intervals_are_undecided() -> None:
     assert knee["verdict"] == UNDECIDED, knee  # a noisy curve cannot place its knee inside 32-128 KiB
 
 
+def test_a_positive_ratio_never_prints_a_lower_end_of_zero() -> None:
+    """Three repetitions that spread 75× on a busy machine (the suite's reproduce run beside stress-ng printed
+    R2's block size as "17.7 [0.0, 14133067.2]×"): the ratio's interval runs over many decades, and its
+    lower end, far below the page's one decimal, printed as 0.0, as if 4 KiB could be infinitely slower.
+    The ends too small or too large for fixed decimals are printed in significant digits."""
+    r = one("write-modes", writemodes_doc(18, 65536, [512, 4096], (0.02, 1.0, 1.5)), "R2-block-size", quick=True)
+    lo, hi = r["estimate"]["ci95"]
+    assert 0 < lo < 0.05 and hi > 1e6, r  # the case: an end each side beyond the fixed decimals
+    assert r["verdict"] == UNDECIDED, r
+    printed = r["value"].split("[")[1].split("]")[0].split(", ")
+    assert float(printed[0].replace(",", "")) > 0 and float(printed[1].replace(",", "")) > 1e6, r["value"]
+    assert r["value"].startswith("18.0 ["), r["value"]  # the number itself keeps its decimals
+
+
 # -- R3 -------------------------------------------------------------------------------------------
 def syncamp_trials(plain: tuple[float, ...], ext4: tuple[float, ...], accel: str = "tcg") -> list[dict[str, Any]]:
     """Counted trials of qcow2 append, each of 64 guest fdatasyncs: `plain` (no guest fs) and `ext4`

@@ -51,6 +51,7 @@ from iolab.analysis.verdicts import (
     config_ids_of,
     repetitions_to_decide,
 )
+from iolab.report.format import fmt_num
 from iolab.studies import builtin
 from iolab.studies.cgroup_weights import analysis as cgroup_weights
 from iolab.studies.cgroup_weights.analysis import BREAK_LOG2, CgroupWeightsFindings, GroupsAtN, Signals
@@ -166,7 +167,15 @@ def _fmt(e: Estimate | None, digits: int = 2) -> str:
     if mean is None or not math.isfinite(mean):
         return "–"
     def f(x: float | None) -> str:
-        return "?" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+        if x is None or not math.isfinite(x):
+            return "?"
+        fixed = f"{x:.{digits}f}"
+        # An end that the fixed decimals would print as 0 (a positive ratio's lower end far below them) or
+        # that runs to seven digits and more: in significant digits, so "[0.0, 14133067.2]" (which reads as if
+        # the ratio could be 0) is "[1.3e-06, 14,000,000]".
+        if (x != 0 and float(fixed) == 0) or abs(x) >= 1e6:
+            return fmt_num(x, 2)
+        return fixed
     if hi is None or hi == math.inf:  # no upper end: open, as the reports show it
         return f"{mean:.{digits}f} [{f(lo)}, ∞)"
     return f"{mean:.{digits}f} [{f(lo)}, {f(hi)}]"
