@@ -172,3 +172,34 @@ def test_the_repetitions_section_names_the_clock_error_once_with_its_range() -> 
         and "(worst: b)" in notes[0], notes
     assert [row[-2] for row in table.rows] == ["±0.2%", "±5.9%", "±3.1%", "—"]
     assert not section([rec("a", 0.002)]).blocks[0].notes, "a clock error under 1 % needs no note"
+
+
+def test_the_repetitions_table_never_lets_nothing_tripped_stand_for_a_check_that_could_not_trip() -> None:
+    """At five values no order is rarer than 1 %, so trend and dependence cannot trip there (every one of
+    the 120 orders of five values is tried), while two_modes can; from six all three can (some order trips
+    each). The table said "—" (nothing tripped) for five values, as for ten."""
+    import itertools
+
+    from iolab.analysis import calibration, checks
+    from iolab.analysis.repetitions import ConfigRepetitions, checks_run, section
+
+    for n, can in ((5, ("two_modes",)), (6, checks.CHECKS), (10, checks.CHECKS)):
+        thr = calibration.check_thresholds(n)
+        assert checks.possible(n, thr) == can, n
+        orders = np.array(list(itertools.permutations(range(n))), dtype=float) if n <= 6 else None
+        if orders is not None:
+            trips = checks.tripped(orders, thr)
+            for c in ("trend", "dependence"):
+                assert trips[c].any() == (c in can), (n, c)
+    assert checks.possible(4, calibration.check_thresholds(4)) == ()
+    assert checks_run(4) == "not run: fewer than 5 values"
+    assert checks_run(5) == "trend, dependence: cannot trip at 5 values (two_modes ran)"
+    assert checks_run(6) == checks_run(10) == "—"
+
+    def rec(n: int, tripped: list[str]) -> ConfigRepetitions:
+        return ConfigRepetitions(config_id=str(n), label=str(n), ok=n, failed=0, attempts=n,
+                                 failed_of=f"0 failed of {n}", main_metric="kbps", zero_values=0,
+                                 stop_reason="narrow enough",
+                                 interval_method="median[3..10] log", clock_error=0.0, checks=tripped)
+    rows = section([rec(5, []), rec(8, []), rec(5, ["two_modes"])]).blocks[0].rows
+    assert [r[-1] for r in rows] == ["trend, dependence: cannot trip at 5 values (two_modes ran)", "—", "two_modes"]

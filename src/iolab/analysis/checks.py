@@ -16,7 +16,10 @@ method at that size, and each gets its own test, run on every metric after every
   noise shapes (calibration.py): one outlier is not two modes, and the median is robust to it.
 
 Each test trips at a per-look tail probability of TAIL (1 %) on noise without the defect, and
-only from CHECK_FROM values on (below that no rank test can reach 1 %). A tripped check is
+only from CHECK_FROM values on. The two rank tests need one more: at five values no order of them
+is rarer than 1 % (Kendall's S at its largest, both ways: 2/120; the smallest rank von Neumann
+ratio: 2/120 too), so at five only `two_modes` can trip; `possible` says which can at n, and the
+reports say so beside a configuration that stopped there. A tripped check is
 said beside the number, the runner keeps repeating the configuration up to its cap (more values
 are the only remedy), and the interval's "95 %" is not claimed for it (docs/statistics.md).
 
@@ -157,6 +160,17 @@ def tripped(x: np.ndarray, thresholds: Thresholds | None) -> dict[str, np.ndarra
         "dependence": np.round(np.nan_to_num(rank_von_neumann(x), nan=np.inf), 9) <= thresholds.dependence,
         "two_modes": two_modes_stat(x) >= thresholds.two_modes,
     }
+
+
+def possible(n: int, thresholds: Thresholds | None) -> tuple[str, ...]:
+    """The checks that can trip at all at n values (none below CHECK_FROM): a rank test only where some
+    order of n values is as rare as TAIL (its threshold is reachable), so that a report never lets
+    "nothing tripped" stand for a check that could not have."""
+    if n < CHECK_FROM or thresholds is None:
+        return ()
+    can = {"trend": trend_threshold(n) <= n * (n - 1) // 2, "dependence": math.isfinite(thresholds.dependence),
+           "two_modes": math.isfinite(thresholds.two_modes)}
+    return tuple(c for c in CHECKS if can[c])
 
 
 def names(trips: dict[str, np.ndarray], row: int | None = None) -> tuple[str, ...]:

@@ -125,12 +125,22 @@ INTRO = ("Each number is the median of its configuration's successful repetition
          "(docs/statistics.md).")
 
 
+def checks_run(n: int) -> str:
+    """The run-order checks column of a configuration where none tripped: "—" when every check could
+    have at its n values, else which could not (checks.possible): at five values only two_modes can."""
+    if n < checks.CHECK_FROM:
+        return f"not run: fewer than {checks.CHECK_FROM} values"
+    ran = checks.possible(n, calibration.check_thresholds(n))
+    missing = [c for c in checks.CHECKS if c not in ran]
+    if not missing:
+        return "—"
+    return f"{', '.join(missing)}: cannot trip at {n} values" + (f" ({', '.join(ran)} ran)" if ran else "")
+
+
 def section(records: list[ConfigRepetitions]) -> Section:
     """The report's 'Repetitions' section: n, failures, the stop reason and the interval method."""
     rows = [[r.label, r.ok, r.failed_of, r.main_metric or "—", r.stop_reason, r.interval_method,
-             f"±{r.clock_error:.1%}" if r.clock_error else "—",
-             ", ".join(r.checks) or (f"not run: fewer than {checks.CHECK_FROM} values" if r.ok < checks.CHECK_FROM
-                                     else "—")]
+             f"±{r.clock_error:.1%}" if r.clock_error else "—", ", ".join(r.checks) or checks_run(r.ok)]
             for r in records]
     notes = [Note(f"{r.label}: {r.zero_values} trial(s) measured {r.main_metric} = 0 (a stall); "
                   "it is in the estimate and its interval, never dropped", "warn") for r in records if r.zero_values]
