@@ -67,6 +67,15 @@ def _sync_writes(path: Path, n: int, bs: int = 4096) -> tuple[int, float]:
     return len(ticks) + unseen, time.monotonic() - t0
 
 
+def _multigrain_timestamps() -> bool:
+    """Whether the running kernel hands out multigrain timestamps (its coarse-time helper for them exists)."""
+    try:
+        with open("/proc/kallsyms") as f:
+            return any(line.rstrip().endswith(" ktime_get_coarse_real_ts64_mg") for line in f)
+    except OSError:
+        return True  # unknown: the weaker bound, which holds either way
+
+
 def test_appends_commit_once_per_write_overwrites_do_not(ext4: ScratchLoop) -> None:
     assert ext4.mountpoint is not None
     assert journal_of(str(ext4.mountpoint)) is not None, "ext4 on the scratch loop device has a journal"
@@ -86,11 +95,18 @@ def test_appends_commit_once_per_write_overwrites_do_not(ext4: ScratchLoop) -> N
     finally:
         ex.close()
     assert 195 <= appended["commits"] <= 205, appended
-    # only when the coarse mtime ticks (+ jbd2's own commit every 5 s, + the one already open):
-    # on an idle machine a few ticks for 200 writes; never more than one per tick, busy or not
-    assert overwritten["commits"] <= ticks + seconds / 5 + 2, (overwritten, ticks, seconds)
+    if not _multigrain_timestamps():
+        # only when the coarse mtime ticks (+ jbd2's own commit every 5 s, + the one already open):
+        # on an idle machine a few ticks for 200 writes; never more than one per tick, busy or not
+        assert overwritten["commits"] <= ticks + seconds / 5 + 2, (overwritten, ticks, seconds)
+    # With multigrain timestamps (Linux 6.13+, ext4 among them) a "coarse" stamp is the later of the coarse
+    # clock and a machine-wide floor that every fine-grained stamp handed out anywhere moves up, so on a busy
+    # machine mtime advances between ticks the writer can see (39 commits against 19 ticks beside the parallel
+    # suite and stress-ng); and the file's own stamp cannot be read without making the next one fine-grained.
+    # What holds on every kernel, busy or not, is what the write-modes cross-check reads: overwrites commit far
+    # less often than appends, which commit once per write.
     if ticks < 100:
-        assert overwritten["commits"] < 100, (overwritten, ticks)
+        assert overwritten["commits"] < appended["commits"] / 2, (overwritten, appended, ticks)
     assert appended["journal"].startswith(os.path.basename(ext4.device))
     declared = probe_registry.metric_set("fs_journal")
     attrs = set(probe_registry.attributes("fs_journal"))
