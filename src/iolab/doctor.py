@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.registry import describe
-from iolab.core import paths, registry, sizing
+from iolab.core import children, paths, registry, sizing
 from iolab.core.errors import IolabError
 from iolab.core.sizing import Llc, Memory, mib
 from iolab.fleet import serve as fleet_serve
@@ -370,7 +370,7 @@ def cpu_use(seconds: float = 1.0) -> CpuUse:
 def _kvm_log() -> list[str]:
     """Kernel log lines about KVM (they explain a /dev/kvm whose guests do not boot)."""
     try:
-        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+        out = children.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [ln for ln in out.splitlines() if re.search(r"\bkvm(-\w+)?:", ln) and "kvm-clock" not in ln

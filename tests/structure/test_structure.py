@@ -1,6 +1,8 @@
 """The shape docs/architecture.md promises, checked on the source: no import cycle, layers
 that only point down (one ranked list, no exceptions), workloads that reach targets through targets/base only, no late
-import that hides an edge, and no module over 400 lines without a reason.
+import that hides an edge, no module over 400 lines without a reason, and no child process
+started anywhere but core/children.py and the host executor (both start it with the stop
+signals held, so no stop signal leaves a child running unseen).
 
 Every check reads the import graph (tests/structure/import_graph.py, the standard
 library's ast); each has a companion test that builds a small wrong graph and shows the
@@ -100,6 +102,35 @@ def oversized(mods: dict[str, Path]) -> list[str]:
     return out
 
 
+# Where a child process may be started: core/children.py (every other module goes through it,
+# so a stop signal can never leave a child running unseen) and the host executor, which
+# starts fio and its kin inside signals.held() in a cgroup leaf it kills.
+SPAWN_OK = {"iolab.core.children", "iolab.cgroups.executor"}
+_SPAWNERS = {"subprocess": {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},
+             "os": {"system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "spawnv", "spawnve",
+                    "spawnvp", "spawnvpe"}}  # not exec*: it replaces the process (fleet's server), no child
+
+
+def spawn_violations(mods: dict[str, Path]) -> list[str]:
+    """Every call of subprocess.run/Popen/..., os.system/fork/... (or such a name imported from
+    those modules) in a module that is not in SPAWN_OK."""
+    out = []
+    for name, path in mods.items():
+        if name in SPAWN_OK:
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                    and n.module in _SPAWNERS for a in n.names if a.name in _SPAWNERS[n.module]}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                    and f.attr in _SPAWNERS.get(f.value.id, ())) or (isinstance(f, ast.Name) and f.id in imported):
+                out.append(f"{name}:{node.lineno} starts a child itself: use iolab.core.children.run or start")
+    return out
+
+
 # ---------------------------------------------------------------------------- on the source
 
 def test_no_import_cycle() -> None:
@@ -121,6 +152,10 @@ def test_late_imports_only_where_the_module_says_why() -> None:
 
 def test_no_module_over_400_lines_without_a_reason() -> None:
     assert oversized(modules()) == []
+
+
+def test_every_child_process_is_started_through_core_children() -> None:
+    assert spawn_violations(modules()) == []
 
 
 def test_the_graph_sees_the_whole_package() -> None:
@@ -167,6 +202,9 @@ def test_the_checks_find_what_is_wrong_in_a_bad_tree(tmp_path: Path) -> None:
         "iolab/publish/document.py": "from iolab.report.model import M\n",
         "iolab/newpkg/__init__.py": "",
         "iolab/newpkg/n.py": "from iolab.core import a\n",  # a package with no place in the order
+        "iolab/vm/q.py": "import os, subprocess\nfrom subprocess import check_output as co\n"
+                         "subprocess.run(['x'])\nco(['y'])\nos.system('z')\nsubprocess.PIPE\n",
+        "iolab/core/children.py": "import subprocess\nsubprocess.Popen(['x'])\n",  # the one allowed place
     })
     assert cycles(g) == [["iolab.core.a", "iolab.core.b"]]
     assert late_violations(g) == ["iolab.core.a imports iolab.core.b inside a function"]
@@ -180,3 +218,4 @@ def test_the_checks_find_what_is_wrong_in_a_bad_tree(tmp_path: Path) -> None:
     ]
     assert workload_target_violations(g) == ["iolab.workloads.w -> iolab.targets.loop"]
     assert [o.split(":")[0] for o in oversized(mods)] == ["iolab.targets.loop"]
+    assert [v.split(" ")[0] for v in spawn_violations(mods)] == ["iolab.vm.q:3", "iolab.vm.q:4", "iolab.vm.q:5"]

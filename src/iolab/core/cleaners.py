@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from iolab.core import children
 from iolab.core import owner as owners
 from iolab.core.resources import (
     ORDER_DEVICES,
@@ -59,11 +59,11 @@ def _mount(res: Resource) -> None:
     for attempt in range(10):
         if not is_mounted(res.ident):
             return
-        r = subprocess.run(["umount", res.ident], capture_output=True, text=True)
+        r = children.run(["umount", res.ident], capture_output=True, text=True)
         if r.returncode == 0:
             return
         time.sleep(0.2 * (attempt + 1))
-    subprocess.run(["umount", "-l", res.ident], capture_output=True)
+    children.run(["umount", "-l", res.ident], capture_output=True)
 
 
 # ---------------------------------------------------------------- loop devices
@@ -102,7 +102,7 @@ def detach_loop(dev: str) -> None:
     """losetup -d, and wait until the kernel really detached it (a busy device only gets autoclear);
     if it stays attached, the error names what holds it. A filesystem of the device that an iolab
     sandbox copied into its own mount namespace is unmounted there (`release_sandbox_copies`)."""
-    r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
+    r = children.run(["losetup", "-d", dev], capture_output=True, text=True)
     deadline = time.monotonic() + DETACH_WAIT_S
     attempt = 0
     while time.monotonic() < deadline:
@@ -113,7 +113,7 @@ def detach_loop(dev: str) -> None:
         if attempt % 10 == 0:
             if attempt % 50 == 10:  # after 1 s, then every 5 s: a sandbox started meanwhile copies it too
                 release_sandbox_copies(dev)
-            r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
+            r = children.run(["losetup", "-d", dev], capture_output=True, text=True)
     if loop_backing_file(dev) is None:
         return
     raise RuntimeError(f"{dev} is still attached after {DETACH_WAIT_S:.0f} s (busy: {holders_of(dev)}): "
@@ -180,7 +180,7 @@ def release_sandbox_copies(dev: str) -> list[str]:
         for point in points:
             # its root (bwrap pivoted into a new one) and its pid namespace (umount reads the mount
             # table from /proc/self, and a sandbox's /proc is its own)
-            r = subprocess.run(["nsenter", "--target", str(pid), "--mount", "--root", "--pid", "--",
+            r = children.run(["nsenter", "--target", str(pid), "--mount", "--root", "--pid", "--",
                                 "umount", "-l", point], capture_output=True, text=True)
             if r.returncode == 0:
                 done.append(f"{point} in the sandbox of pid {pid}")
@@ -323,9 +323,9 @@ def _sweep_mounts(scope: SweepScope) -> tuple[list[str], list[str]]:
         mnt = mnt.replace("\\040", " ")
         if not (mnt.endswith(".mnt") and scope.removable(mnt)):
             continue
-        r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+        r = children.run(["umount", mnt], capture_output=True, text=True)
         if r.returncode != 0:
-            r = subprocess.run(["umount", "-l", mnt], capture_output=True, text=True)
+            r = children.run(["umount", "-l", mnt], capture_output=True, text=True)
         if r.returncode == 0:
             cleaned.append(f"mount {mnt}")
         else:

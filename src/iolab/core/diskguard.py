@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from iolab.core import children
 from iolab.core.errors import RefusedError
 
 SYS_DEV_BLOCK = Path("/sys/dev/block")
@@ -178,7 +179,7 @@ def _usage_signs(devices: list[Path]) -> list[str]:
 
 def _blkid_signs(path: str, table: bool = True) -> list[str]:
     try:
-        probe = subprocess.run(["blkid", "-p", "-o", "export", path], capture_output=True, text=True, timeout=30)
+        probe = children.run(["blkid", "-p", "-o", "export", path], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [f"could not be probed for signatures ({exc})"]
     if probe.returncode not in (0, 2):

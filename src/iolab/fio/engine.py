@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from typing import Any
 
+from iolab.core import children
 from iolab.core.errors import RefusedError, TrialFailed
 from iolab.core.exec import MAX_OUTPUT, ExecRequest, ExecResult, Executor
 from iolab.core.metrics import Metric
@@ -25,7 +25,7 @@ def fio_version() -> str | None:
     exe = shutil.which("fio")
     if not exe:
         return None
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    out = children.run([exe, "--version"], capture_output=True, text=True, timeout=10)
     return out.stdout.strip() or None
 
 

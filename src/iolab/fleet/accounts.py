@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from iolab.core import children
 from iolab.core.errors import CapabilityMissing
 
 CLIENT_USER = "iolab-fio-client"
@@ -63,7 +63,7 @@ def ensure(name: str) -> tuple[Account, bool]:
                                 f"--home-dir /nonexistent --shell /usr/sbin/nologin {name})")
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
     nologin = shutil.which("nologin") or "/usr/sbin/nologin"
-    r = subprocess.run([useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+    r = children.run([useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
                         "--shell", nologin, "--comment", _COMMENTS.get(name, "iolab fleet"), name],
                        capture_output=True, text=True, timeout=60)
     found = lookup(name)  # another iolab may have made it at the same moment: that is as good

@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from iolab.core import children
 from iolab.core.errors import CapabilityMissing, IolabError, TrialFailed
 from iolab.core.exec import ExecResult
 from iolab.core.paths import cache_dir
@@ -78,7 +78,7 @@ def compile_helper(name: str, out: Path, flags: tuple[str, ...] = CFLAGS) -> Pat
         src = Path(tmp) / f"{name}.c"
         src.write_bytes(source)
         tmp_out = Path(tmp) / name
-        proc = subprocess.run([cc, *flags, "-o", str(tmp_out), str(src), *LINK_FLAGS.get(name, ())],
+        proc = children.run([cc, *flags, "-o", str(tmp_out), str(src), *LINK_FLAGS.get(name, ())],
                               capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise IolabError(f"building native helper {name} failed:\n"

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from iolab.core import children
 from iolab.core.digests import sha256_file
 from iolab.core.errors import CapabilityMissing, IolabError
 from iolab.core.paths import cache_dir
@@ -127,7 +128,7 @@ def _host_version(_stamp: tuple[int, int]) -> str:
     dpkg = shutil.which("dpkg-query")
     if not dpkg:
         raise CapabilityMissing("dpkg-query not found: the static guest fio follows the host's Debian fio package")
-    proc = subprocess.run([dpkg, "-W", "-f=${Version}", "fio"], capture_output=True, text=True, timeout=30)
+    proc = children.run([dpkg, "-W", "-f=${Version}", "fio"], capture_output=True, text=True, timeout=30)
     if proc.returncode != 0 or not proc.stdout.strip():
         raise CapabilityMissing("the fio package is not installed (Debian/Ubuntu: apt-get install fio)")
     return upstream_version(proc.stdout)
@@ -135,7 +136,7 @@ def _host_version(_stamp: tuple[int, int]) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _version_of(path: str, _stamp: tuple[int, int]) -> str:
-    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    proc = children.run([path, "--version"], capture_output=True, text=True, timeout=60)
     out = proc.stdout.strip()
     if proc.returncode != 0 or not out.startswith("fio-"):
         raise IolabError(f"{path} --version did not name a fio version (exit {proc.returncode}): "
@@ -281,7 +282,7 @@ def _tool(name: str, package: str) -> str:
 def _check_static_libs(cc: str) -> None:
     """gcc finds each static library the link needs, or CapabilityMissing naming its package."""
     for lib, package in STATIC_LIBS.items():
-        found = subprocess.run([cc, f"-print-file-name={lib}"], capture_output=True, text=True,
+        found = children.run([cc, f"-print-file-name={lib}"], capture_output=True, text=True,
                                timeout=30).stdout.strip()
         if not os.path.isabs(found):
             raise CapabilityMissing(f"{lib} not found: the static guest fio links it "
@@ -290,7 +291,7 @@ def _check_static_libs(cc: str) -> None:
 
 def _run(argv: list[str], cwd: Path, what: str, timeout: float) -> str:
     try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        proc = children.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise IolabError(f"{what} took longer than {timeout:g} s") from None
     if proc.returncode != 0:
@@ -310,12 +311,12 @@ def _unpack(tarball: Path, into: Path, version: str) -> Path:
 
 def engines_of(binary: Path) -> list[str]:
     """The I/O engines `binary` has built in (`fio --enghelp`)."""
-    out = subprocess.run([str(binary), "--enghelp"], capture_output=True, text=True, timeout=60).stdout
+    out = children.run([str(binary), "--enghelp"], capture_output=True, text=True, timeout=60).stdout
     return [ln.strip() for ln in out.splitlines()[1:] if ln.strip()]
 
 
 def _is_static(binary: Path) -> bool:
-    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=30)
+    proc = children.run(["ldd", str(binary)], capture_output=True, text=True, timeout=30)
     return "not a dynamic executable" in proc.stdout + proc.stderr
 
 
@@ -345,7 +346,7 @@ def _build_into(tmp: Path, tarball: Path, version: str) -> dict[str, object]:
         raise IolabError(f"the built fio lacks the engines {', '.join(lacking)} (it has {', '.join(engines)})")
     if not _is_static(binary):
         raise IolabError(f"the built fio {binary} is not static")
-    compiler = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()
+    compiler = children.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()
     return {"version": version, "fio_version": said, "source": source_url(version),
             "sha256": pinned_sha256(version), "configure": list(CONFIGURE_FLAGS), "engines": engines,
             "compiler": compiler[0] if compiler else cc, "bytes": binary.stat().st_size,

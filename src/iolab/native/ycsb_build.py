@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from iolab.core import children
 from iolab.core.errors import CapabilityMissing, IolabError
 from iolab.core.paths import cache_dir
 
@@ -135,7 +136,7 @@ def tool(name: str, package: str) -> str:
 
 def run_tool(argv: list[str], what: str, timeout: float) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        proc = children.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise IolabError(f"{what} took longer than {timeout:g} s: {' '.join(argv)}") from None
     if proc.returncode != 0:
@@ -161,7 +162,7 @@ def _resolve(pom: Path, lib: Path) -> bool:
 @functools.lru_cache(maxsize=4)
 def java_version(launcher: str) -> str:
     """`java -version`'s first line, once per process: which JVM ran the trials."""
-    out = subprocess.run([launcher, "-version"], capture_output=True, text=True, timeout=60)
+    out = children.run([launcher, "-version"], capture_output=True, text=True, timeout=60)
     lines = (out.stderr or out.stdout).strip().splitlines()
     return lines[0] if lines else "unknown"
 

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
+from iolab.core import children
 from iolab.core.errors import TrialFailed
 from iolab.core.metrics import Metric
 from iolab.probes.base import Probe
@@ -153,7 +154,7 @@ class QemuSyscalls(Probe):
         if self.leaf is not None:
             self.leaf.make()
         try:
-            self.proc = subprocess.Popen(
+            self.proc = children.start(
                 [exe, "-f", "-qq", "-c", "-o", str(self.out), "-p", str(self.pid),
                  "-e", "trace=" + ",".join(SYSCALLS)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,

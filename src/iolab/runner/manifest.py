@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from iolab import __version__
+from iolab.core import children
 from iolab.store.urls import scrub
 
 
@@ -19,7 +20,7 @@ def _first_line(argv: list[str]) -> str | None:
     if not shutil.which(argv[0]):
         return None
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        out = children.run(argv, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = (out.stdout or out.stderr).strip()

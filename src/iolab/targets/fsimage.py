@@ -38,7 +38,6 @@ import os
 import shutil
 import stat
 import struct
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -47,7 +46,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from iolab.cgroups.executor import HostExecutor
-from iolab.core import owner, paths
+from iolab.core import children, owner, paths
 from iolab.core.cleaners import attached_loops, detach_loop, is_mounted, loop_backing_file
 from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing, RefusedError
@@ -100,7 +99,7 @@ class FsImageParams(TargetParams):
 @functools.lru_cache(maxsize=64)
 def _probe(image: str, identity: tuple[int, int, int, int]) -> tuple[str, int | None, int | None]:
     """(filesystem type, free bytes, free inodes) of the image, read without mounting it."""
-    r = subprocess.run(["blkid", "-p", "-o", "export", image], capture_output=True, text=True)
+    r = children.run(["blkid", "-p", "-o", "export", image], capture_output=True, text=True)
     found = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
     if found.get("PTTYPE"):
         raise ValueError(f"{image} holds a {found['PTTYPE']} partition table, not a filesystem: name an image of "
@@ -118,7 +117,7 @@ def _probe(image: str, identity: tuple[int, int, int, int]) -> tuple[str, int | 
 
 def _ext_room(image: str) -> tuple[int | None, int | None]:
     """Free bytes and inodes from the superblock (dumpe2fs -h); refuses recorded errors."""
-    r = subprocess.run(["dumpe2fs", "-h", image], capture_output=True, text=True)
+    r = children.run(["dumpe2fs", "-h", image], capture_output=True, text=True)
     sb = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in r.stdout.splitlines())}
     if "error" in sb.get("Filesystem state", ""):
         raise ValueError(f"{image}: its filesystem has errors recorded ({sb['Filesystem state']}): check it first "
@@ -205,7 +204,7 @@ def _unmount(mnt: str) -> None:
     for attempt in range(UMOUNT_TRIES):
         if not is_mounted(mnt):
             return
-        r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+        r = children.run(["umount", mnt], capture_output=True, text=True)
         if r.returncode == 0:
             return
         time.sleep(0.2 * (attempt + 1))
@@ -351,7 +350,7 @@ class FsImageTarget(Target):
             mnt.mkdir()
             dev = _attach(self.fd, p.direct_io)
             self.ledger.update(res, device=dev)
-            r = subprocess.run(["mount", "-o", MOUNT_OPTIONS, dev, str(mnt)], capture_output=True, text=True)
+            r = children.run(["mount", "-o", MOUNT_OPTIONS, dev, str(mnt)], capture_output=True, text=True)
             if r.returncode != 0:
                 raise CapabilityMissing(f"could not mount {p.image} ({dev}): {r.stderr.strip()}")
             (mnt / tag).mkdir(mode=0o700)
@@ -378,7 +377,7 @@ class FsImageTarget(Target):
 def _attach(fd: int, direct_io: bool) -> str:
     """losetup on the open, locked file itself (/proc/self/fd/N in losetup is the same file)."""
     argv = ["losetup", "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}", f"/proc/self/fd/{fd}"]
-    r = subprocess.run(argv, capture_output=True, text=True, pass_fds=(fd,))
+    r = children.run(argv, capture_output=True, text=True, pass_fds=(fd,))
     if r.returncode != 0:
         raise CapabilityMissing(f"could not attach a loop device to the image: {r.stderr.strip()}")
     return r.stdout.strip()

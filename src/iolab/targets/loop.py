@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from iolab.cgroups import (
 from iolab.cgroups import scheduler as sched
 from iolab.cgroups.device import resolve
 from iolab.cgroups.executor import HostExecutor
-from iolab.core import owner, paths, sizing
+from iolab.core import children, owner, paths, sizing
 from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
 from iolab.core.resources import Ledger, Resource
@@ -88,14 +87,14 @@ def create_scratch_loop(ledger: Ledger, size: int, *, filesystem: str = "none", 
             ledger.update(res, ident=loop.device)
         made.append(res)
         if filesystem == "ext4":
-            subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", loop.device],
+            children.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", loop.device],
                            check=True, capture_output=True)
             mnt = scratch / f"{tag}.mnt"
             with ledger.creating("dir", str(mnt)) as res:
                 mnt.mkdir()
             made.append(res)
             with ledger.creating("mount", str(mnt)) as res:
-                subprocess.run(["mount", loop.device, str(mnt)], check=True, capture_output=True)
+                children.run(["mount", loop.device, str(mnt)], check=True, capture_output=True)
             made.append(res)
             loop.mountpoint = mnt
     except BaseException:
@@ -164,7 +163,7 @@ def _fill_image(fd: int, size: int, prefill: bool) -> None:
 def _attach(image: Path, direct_io: bool, sector_size: int) -> str:
     argv = ["losetup", "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}",
             f"--sector-size={sector_size}", str(image)]
-    r = subprocess.run(argv, capture_output=True, text=True)
+    r = children.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         raise CapabilityMissing(f"could not attach a loop device ({' '.join(argv)}): {r.stderr.strip()}")
     return r.stdout.strip()

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from iolab.core import children, paths
 from iolab.core import owner as owners
-from iolab.core import paths
 from iolab.vm.cmdline import Accel, accel_args, opt_path, qemu_system
 from iolab.vm.guest_image import host_kernel
 
@@ -119,7 +119,7 @@ def _kvm_boots(kernel: Path, cpu: str | None) -> tuple[bool, str]:
                 *accel_args("kvm", cpu), "-m", "128M", "-kernel", str(kernel),
                 "-append", "console=ttyS0 panic=-1",
                 "-chardev", f"file,id=c,path={opt_path(console)}", "-serial", "chardev:c"]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        proc = children.start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
         try:
             deadline = time.monotonic() + PROBE_TIMEOUT_S

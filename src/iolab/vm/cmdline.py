@@ -12,12 +12,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from iolab.core import paths
+from iolab.core import children, paths
 from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
 from iolab.vm.disk import (
@@ -243,6 +242,6 @@ def qemu_system() -> str:
 
 
 def qemu_version() -> str:
-    out = subprocess.run([qemu_system(), "--version"], capture_output=True, text=True).stdout
+    out = children.run([qemu_system(), "--version"], capture_output=True, text=True).stdout
     m = re.search(r"version\s+(\S+)", out)
     return m.group(1) if m else out.strip().splitlines()[0] if out.strip() else "unknown"

@@ -17,14 +17,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from iolab.core import paths
+from iolab.core import children, paths
 from iolab.core.digests import sha256_file
 from iolab.core.errors import CapabilityMissing
 from iolab.native import guest_fio
@@ -103,7 +102,7 @@ def _dynamic_libs(binary: Path, missing_ok: bool = False) -> list[Path]:
     """Shared libraries `binary` needs (ldd), including the dynamic loader; [] if static.
     missing_ok: a library ldd cannot find is skipped (an application's own, which it loads
     from its tree: the JVM's libjava.so finds libjvm.so once libjvm.so is loaded)."""
-    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
+    proc = children.run(["ldd", str(binary)], capture_output=True, text=True)
     if proc.returncode != 0 or "not a dynamic executable" in proc.stdout + proc.stderr:
         return []
     libs = []
@@ -174,7 +173,7 @@ def build_agent() -> Path:
     gcc = shutil.which("gcc") or shutil.which("cc")
     if not gcc:
         raise CapabilityMissing("a C compiler is needed to build the guest agent (apt-get install gcc)")
-    cc_version = subprocess.run([gcc, "--version"], capture_output=True, text=True).stdout
+    cc_version = children.run([gcc, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256(src + cc_version.encode()).hexdigest()[:16]
     out = paths.cache_dir() / "agent" / key / "iolab-agent"
     if out.exists():
@@ -184,7 +183,7 @@ def build_agent() -> Path:
         c = Path(tmp) / "agent.c"
         c.write_bytes(src)
         binary = Path(tmp) / "iolab-agent"
-        proc = subprocess.run([gcc, "-static", "-O2", "-Wall", "-o", str(binary), str(c)],
+        proc = children.run([gcc, "-static", "-O2", "-Wall", "-o", str(binary), str(c)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise CapabilityMissing(f"building the guest agent failed (static libc needed, "

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from iolab.core import children
 from iolab.core.errors import CapabilityMissing
 from iolab.vm.disk import DiskSpec, Secret
 from iolab.vm.errors import VmError
@@ -68,7 +69,7 @@ def _qemu_img_create(disk: DiskSpec, path: Path, secret: Secret | None) -> subpr
     argv = [qemu_img(), "create", "-q", *obj, "-f", disk.format, "-o", ",".join(disk.create_options()),
             str(path), str(disk.size)]
     try:
-        return subprocess.run(argv, capture_output=True, text=True, pass_fds=(fd,) if fd is not None else ())
+        return children.run(argv, capture_output=True, text=True, pass_fds=(fd,) if fd is not None else ())
     finally:
         if fd is not None:
             os.close(fd)
@@ -76,7 +77,7 @@ def _qemu_img_create(disk: DiskSpec, path: Path, secret: Secret | None) -> subpr
 
 def image_info(path: Path) -> dict[str, Any]:
     """`qemu-img info --output=json` (-U: also while QEMU holds the image's lock)."""
-    proc = subprocess.run([qemu_img(), "info", "-U", "--output=json", str(path)],
+    proc = children.run([qemu_img(), "info", "-U", "--output=json", str(path)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise VmError(f"qemu-img info failed: {proc.stderr.strip()}")
@@ -93,6 +94,6 @@ def prefill(image: Path, fmt: str, size: int) -> None:
     cmds = []
     for off in range(0, size, PREFILL_CHUNK):
         cmds += ["-c", f"write -P {PREFILL_BYTE:#x} {off} {min(PREFILL_CHUNK, size - off)}"]
-    proc = subprocess.run([exe, "-f", fmt, *cmds, str(image)], capture_output=True, text=True)
+    proc = children.run([exe, "-f", fmt, *cmds, str(image)], capture_output=True, text=True)
     if proc.returncode != 0 or "error" in proc.stdout.lower():
         raise VmError(f"prefilling {image} failed: {(proc.stderr or proc.stdout).strip()[-500:]}")

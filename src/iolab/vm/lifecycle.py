@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 import iolab.vm.cleanup  # noqa: F401  (registers the "process" cleaner QemuVM relies on)
+from iolab.core import children
 from iolab.core.confine import returncode
 from iolab.core.resources import Ledger, Resource
 from iolab.vm import qmp as qmp_session
@@ -99,8 +100,8 @@ class QemuVM:
             # pending entry first: a kill before the pid is known leaves the -name tag to find QEMU by
             with open(self.files.stderr, "wb") as err, \
                     self.ledger.creating("process", "", tag=self.spec.tag, what="qemu", argv0=self.argv[0]) as res:
-                self.proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                             start_new_session=True, pass_fds=(info_w, *inherited))
+                self.proc = children.start(launch, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                           start_new_session=True, pass_fds=(info_w, *inherited))
                 self.ledger.update(res, ident=str(self.proc.pid))
             self._res = res
             os.close(info_w)
