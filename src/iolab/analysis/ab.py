@@ -40,6 +40,7 @@ import numpy as np
 from iolab.analysis.stats import holm
 from iolab.analysis.trials import by_config, label_text, workload_of
 from iolab.core import metrics
+from iolab.report.format import fmt_end
 
 ALPHA = 0.05
 EXACT_BLOCKS = 14
@@ -251,7 +252,8 @@ def judge(rows: list[Row], design: Design, final: bool, intervals: bool = True) 
                 hint = f"; about {need} blocks would decide at this spread (--max-blocks)"
             elif final:
                 hint = f"; B/A is too close to ±{design.min_effect:.0%} for any practical number of blocks"
-            r.reason = (f"B/A {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] over {len(r.d)} blocks: neither beyond nor "
+            ends = ", ".join("?" if x is None else fmt_end(x, 3) for x in (r.lo, r.hi))
+            r.reason = (f"B/A {r.ratio:.3f} [{ends}] over {len(r.d)} blocks: neither beyond nor "
                         f"within ±{design.min_effect:.0%} yet{hint}")
     for r in rows:
         if len(r.d) < 2:

@@ -56,6 +56,7 @@ from iolab.analysis.sequential import RunEstimator
 from iolab.analysis.stats import LogRatio, finite
 from iolab.analysis.trials import by_config, label_text, metric_set_of, relative_resolution
 from iolab.core import metrics
+from iolab.report.format import fmt_end
 
 __all__ = ["ENVIRONMENT", "compare_runs", "environment_differences", "schedulers"]
 
@@ -300,7 +301,7 @@ def _verdict(row: dict[str, Any], threshold: float, max_ci: float) -> tuple[str,
         return word, (f"{'higher' if higher else 'lower'} {_size(row)} ({row['direction']} is better); "
                       f"beyond ±{threshold:.0%} with p = {p:.2g} after Holm{caveat}")
     if lo is None or hi is None or lo <= 0 or math.sqrt(hi / lo) - 1 > max_ci:
-        shown = f"{lo:.3f}..{hi:.3f}" if lo is not None and hi is not None else "an unbounded range"
+        shown = f"{fmt_end(lo, 3)}..{fmt_end(hi, 3)}" if lo is not None and hi is not None else "an unbounded range"
         return "undecided", f"the 95% interval of B/A spans {shown}: a change of over {max_ci:.0%} could hide{caveat}"
     if row["p_no_change"] is not None and row["p_no_change"] < ALPHA:
         return "no difference", (f"{_size(row)} {'higher' if higher else 'lower'}, not shown to exceed the "

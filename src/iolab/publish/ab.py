@@ -13,6 +13,7 @@ from typing import Any
 from iolab.analysis import ab
 from iolab.analysis.record import JSONObject
 from iolab.report.comparison import text_table
+from iolab.report.format import fmt_end
 from iolab.report.model import Note, Section, Table
 
 HEADERS = ["configuration", "metric", "blocks", "B/A [CI]", "p beyond (Holm)", "p within (Holm)", "verdict"]
@@ -26,8 +27,8 @@ def _p(p: float | None) -> str:
 def ratio_text(r: ab.Row) -> str:
     if r.ratio is None:
         return "—"
-    lo = "0" if r.lo is None or r.lo <= 0 else f"{r.lo:.3f}"
-    hi = "∞" if r.hi is None or math.isinf(r.hi) else f"{r.hi:.3f}"
+    lo = "0" if r.lo is None or r.lo <= 0 else fmt_end(r.lo, 3)
+    hi = "∞" if r.hi is None or math.isinf(r.hi) else fmt_end(r.hi, 3)
     return f"{r.ratio:.3f} [{lo}, {hi}]"
 
 

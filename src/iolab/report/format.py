@@ -51,6 +51,17 @@ def fmt_num(x: Any, sig: int = 3) -> str:
     return f"{rounded:.{sig - 1 - mag}f}"
 
 
+def fmt_end(x: float, decimals: int) -> str:
+    """An interval's end in `decimals` fixed decimals, except where they would mislead: an end they
+    would print as 0 (a positive ratio's lower end far below them) or one of seven digits and more
+    is printed in two significant digits, so "[0.0, 14133067.2]" (which reads as if the ratio could
+    be 0) is "[1.3e-06, 14,000,000]". Every printer of a ratio's interval uses it."""
+    fixed = f"{x:.{decimals}f}"
+    if (x != 0 and float(fixed) == 0) or abs(x) >= 1e6:
+        return fmt_num(x, 2)
+    return fixed
+
+
 def fmt_size(n: float) -> str:
     """Byte sizes the way fio users write them: 512, 4k, 64k, 1M (1024-based)."""
     for suffix, mult in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("k", 1 << 10)):

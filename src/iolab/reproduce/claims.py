@@ -51,7 +51,7 @@ from iolab.analysis.verdicts import (
     config_ids_of,
     repetitions_to_decide,
 )
-from iolab.report.format import fmt_num
+from iolab.report.format import fmt_end
 from iolab.studies import builtin
 from iolab.studies.cgroup_weights import analysis as cgroup_weights
 from iolab.studies.cgroup_weights.analysis import BREAK_LOG2, CgroupWeightsFindings, GroupsAtN, Signals
@@ -169,13 +169,7 @@ def _fmt(e: Estimate | None, digits: int = 2) -> str:
     def f(x: float | None) -> str:
         if x is None or not math.isfinite(x):
             return "?"
-        fixed = f"{x:.{digits}f}"
-        # An end that the fixed decimals would print as 0 (a positive ratio's lower end far below them) or
-        # that runs to seven digits and more: in significant digits, so "[0.0, 14133067.2]" (which reads as if
-        # the ratio could be 0) is "[1.3e-06, 14,000,000]".
-        if (x != 0 and float(fixed) == 0) or abs(x) >= 1e6:
-            return fmt_num(x, 2)
-        return fixed
+        return fmt_end(x, digits)
     if hi is None or hi == math.inf:  # no upper end: open, as the reports show it
         return f"{mean:.{digits}f} [{f(lo)}, ∞)"
     return f"{mean:.{digits}f} [{f(lo)}, {f(hi)}]"

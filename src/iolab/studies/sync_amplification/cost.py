@@ -40,6 +40,7 @@ from iolab.analysis.verdicts import (
     config_ids_of,
     more_needed,
 )
+from iolab.report.format import fmt_end
 from iolab.studies.common import ok_trials
 from iolab.studies.sync_amplification.spec import APPS, COST_BASELINE, COST_VARIANTS
 
@@ -161,8 +162,8 @@ def verdict(e: Estimate, cls: str, tcg: bool) -> tuple[str, str]:
     if tcg:
         return UNTESTABLE, "under TCG the emulated CPU, not the disk, sets the speed (counts still hold)"
     said = band_of(cls).decide(e.lo, e.hi)
-    hi = "∞" if e.hi == float("inf") else f"{e.hi:.2f}"
-    span = f"[{e.lo:.2f}, {hi}]"
+    hi = "∞" if e.hi == float("inf") else fmt_end(e.hi, 2)
+    span = f"[{fmt_end(e.lo, 2)}, {hi}]"
     if cls == "large":
         return said, {HOLDS: f"the whole interval {span} is a gain of at least {LARGE - 1:.0%}, as R3's",
                       DIFFERS: f"the interval {span} stays below a {LARGE - 1:.0%} gain: the syncs cost little here",
