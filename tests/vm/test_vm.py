@@ -22,6 +22,7 @@ from iolab.core.resources import Ledger
 from iolab.probes.guest_diskstats import GuestDiskStats
 from iolab.probes.qmp_blockstats import QmpBlockStats
 from iolab.targets import qemu_guest
+from iolab.targets.base import Placement
 from iolab.targets.qemu_guest import QemuGuestParams, QemuGuestTarget
 from iolab.vm import cpio, guest_image
 from iolab.vm.cleanup import leftover_qemu_pids
@@ -121,6 +122,33 @@ def test_timeouts_and_concurrent_commands(guest) -> None:
     time.sleep(0.3)
     killed.kill()
     assert killed.wait().returncode == -9
+
+
+def _guest_procs(pl: Placement, word: str) -> list[str]:
+    out = pl.executor.run(ExecRequest(["ps", "-o", "pid,args"], timeout_s=30)).stdout
+    return [line for line in out.splitlines() if word in line and "ps -o" not in line]
+
+
+def test_a_command_that_ends_leaves_no_process_behind_in_the_guest(guest) -> None:
+    """fio's job processes call setsid() (fio backend.c): a timeout that killed the command's process
+    group left them doing I/O into the next trial for the rest of their runtime. Whatever way a
+    command ends, nothing it started runs on: a fio that times out, a process that left for a
+    session of its own. And the disk is quiet once the command has answered."""
+    _, pl, _ = guest
+    ex = pl.executor
+    res = ex.run(ExecRequest(["fio", "--name=long", f"--filename={pl.path}", "--rw=randread", "--bs=4k",
+                              "--size=16M", "--direct=1", "--ioengine=libaio", "--iodepth=4", "--time_based",
+                              "--runtime=120"], timeout_s=4))
+    assert res.timed_out, res
+    assert _guest_procs(pl, "fio") == []
+    stat = f"/sys/block/{pl.guest_device}/stat"
+    reads = [int(ex.run(ExecRequest(["cat", stat], timeout_s=30)).stdout.split()[0]) for _ in range(2)]
+    time.sleep(1)
+    reads.append(int(ex.run(ExecRequest(["cat", stat], timeout_s=30)).stdout.split()[0]))
+    assert reads[0] == reads[-1], f"the disk is still being read after the command ended: {reads}"
+    res = ex.run(ExecRequest(["sh", "-c", "setsid sleep 300 & sleep 0.5; echo started"], timeout_s=30))
+    assert res.returncode == 0 and res.stdout == "started\n", res
+    assert _guest_procs(pl, "sleep 300") == []
 
 
 def test_probes_see_the_guest_io(guest) -> None:

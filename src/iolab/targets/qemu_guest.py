@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
@@ -67,6 +68,7 @@ from iolab.vm.hotplug import HOTPLUG_BUSES
 from iolab.vm.image import create_image, image_info, prefill
 from iolab.vm.lifecycle import QemuVM
 from iolab.vm.restore import Boot, GuestStart, boot_instead, start_guest
+from iolab.vm.virtio_queues import queue_report
 
 # applications the built-in guest can carry (guest_apps): name -> (its directory in the guest,
 # the host directory copied there whole); each is built by the set-up command, never by a run
@@ -182,6 +184,7 @@ class QemuGuestTarget(Target):
         self.image: Path | None = None
         self.loop: ScratchLoop | None = None
         self._made: list[Resource] = []
+        self._setup_thread: threading.Thread | None = None  # QMP's thread (vm/qmp.py)
 
     @classmethod
     def machine_checks(cls) -> list[MachineCheck]:
@@ -266,6 +269,7 @@ class QemuGuestTarget(Target):
 
     def _setup(self) -> Placement:
         p = self.params
+        self._setup_thread = threading.current_thread()
         image = self._guest()
         accel = choose(p.accel, image.kernel)
         directory, host_device = self._image_directory()
@@ -324,9 +328,17 @@ class QemuGuestTarget(Target):
     def _find_disk(self) -> tuple[GuestExecutor, str]:
         assert self.vm is not None and self.started is not None
         assert self.vm.channel is not None and self.vm.qmp is not None  # start() returns only with both
-        executor = GuestExecutor(self.vm.channel)
+        executor = GuestExecutor(self.vm.channel, host_view=self._queue_view)
         return executor, wait_for_disk(executor, self.params.bus, self.params.disk_size, self._diagnosis,
                                        hotplugged=self.started.restored)
+
+    def _queue_view(self) -> str:
+        """QEMU's side of the disk's queues for a guest command that timed out (vm.virtio_queues);
+        QMP is used from the thread that set the guest up only (vm/qmp.py), never from another."""
+        vm = self.vm
+        if vm is None or vm.qmp is None or threading.current_thread() is not self._setup_thread:
+            return ""
+        return queue_report(vm.qmp)
 
     def _start_peer(self, spec: VmSpec, run_dir: Path, digest: str | None) -> tuple[dict[str, Any], GuestStart]:
         """The network peer (cmdline.peer_spec), reachable from the host (and so from the

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from iolab.core.exec import ExecRequest, ExecResult, Executor, Running
@@ -232,18 +232,29 @@ def failed_result(req: ExecRequest, reason: str, wall_s: float, timed_out: bool 
 
 
 class _GuestRunning(Running):
-    def __init__(self, channel: AgentChannel, req: ExecRequest, grace_s: float):
+    def __init__(self, channel: AgentChannel, req: ExecRequest, grace_s: float,
+                 host_view: Callable[[], str] | None = None):
         self.channel = channel
         self.req = req
         self.grace_s = grace_s
+        self.host_view = host_view
         self.t0 = time.monotonic()
         self._result: ExecResult | None = None
         self.fid = channel.request(request_fields(req))
 
     def wait(self) -> ExecResult:
         if self._result is None:
-            self._result = self._wait()
+            self._result = self._with_host_view(self._wait())
         return self._result
+
+    def _with_host_view(self, res: ExecResult) -> ExecResult:
+        """A command that timed out carries what the host side sees (QEMU's disk queues), so a
+        hung I/O says which layer holds it."""
+        if not res.timed_out or self.host_view is None:
+            return res
+        view = self.host_view()
+        return replace(res, stderr=f"{res.stderr}\nQEMU's view of the disk's queues at the timeout:\n{view}"
+                       if view else res.stderr)
 
     def _wait(self) -> ExecResult:
         frame = self.channel.answer(self.fid, self.t0 + self.req.timeout_s + self.grace_s)
@@ -274,12 +285,14 @@ class GuestExecutor(Executor):
     name = "guest"
     workdir = "/run/iolab/work"
 
-    def __init__(self, channel: AgentChannel, grace_s: float = HOST_GRACE_S):
+    def __init__(self, channel: AgentChannel, grace_s: float = HOST_GRACE_S,
+                 host_view: Callable[[], str] | None = None):
         self.channel = channel
         self.grace_s = grace_s
+        self.host_view = host_view  # what the host sees of the guest's disk (vm.virtio_queues), for timeouts
 
     def spawn(self, req: ExecRequest) -> Running:
-        return _GuestRunning(self.channel, req, self.grace_s)
+        return _GuestRunning(self.channel, req, self.grace_s, self.host_view)
 
     def close(self) -> None:
         """Nothing to remove on the host: the work dir lives and dies with the guest."""

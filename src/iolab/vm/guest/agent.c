@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -38,7 +39,7 @@
 #include <unistd.h>
 #include <linux/random.h>
 
-#define AGENT_VERSION "2" /* 2: the T frame (clock and RNG after a restore) */
+#define AGENT_VERSION "3" /* 2: the T frame (clock and RNG after a restore); 3: a run ends every process it started */
 #define PORT_NAME "org.iolab.agent"
 #define WORKDIR "/run/iolab/work"
 #define OUTDIR "/run/iolab/out"
@@ -46,6 +47,8 @@
 #define MAX_FRAME (256u << 20)
 #define MAX_OUTPUT (64u << 20)
 #define MAX_JOBS 256
+#define MAX_PROCS 8192
+#define STRAGGLER_WAIT_NS (10LL * 1000000000LL) /* under the host's grace (vm/executor.py HOST_GRACE_S) */
 
 static int port_fd = -1;
 
@@ -288,9 +291,64 @@ static const char *write_files(struct req *r) {
     return NULL;
 }
 
+/* Every live process descended from this one. The supervisor is a child subreaper, so the
+ * command's orphans are re-parented to it and stay its descendants: fio's job processes call
+ * setsid() (fio backend.c thread_main), leave the command's process group, and outlived a
+ * killpg() of it, doing I/O on the disk into the next trial. */
+static int descendants(pid_t self, pid_t *out, int max) {
+    static pid_t pid[MAX_PROCS], ppid[MAX_PROCS];
+    int n = 0, found = 0;
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < MAX_PROCS) {
+        char *end;
+        long v = strtol(e->d_name, &end, 10);
+        if (*end || v <= 0) continue;
+        char path[64], stat[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", v);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t k = read(fd, stat, sizeof stat - 1);
+        close(fd);
+        if (k <= 0) continue;
+        stat[k] = 0;
+        char *rp = strrchr(stat, ')'); /* the name may hold spaces and parentheses: fields follow the last ')' */
+        char st;
+        int pp;
+        if (!rp || sscanf(rp + 1, " %c %d", &st, &pp) != 2) continue;
+        pid[n] = (pid_t)v; ppid[n] = (pid_t)pp; n++;
+    }
+    closedir(d);
+    for (int i = 0; i < n && found < max; i++) {
+        pid_t up = ppid[i];
+        for (int depth = 0; depth < 64 && up > 1 && up != self; depth++) {
+            int j = 0;
+            while (j < n && pid[j] != up) j++;
+            up = j < n ? ppid[j] : 0;
+        }
+        if (up == self) out[found++] = pid[i];
+    }
+    return found;
+}
+
+/* SIGKILL every descendant and reap it, until none is left (0) or the deadline passes (how many
+ * remain: a process that cannot die, e.g. waiting in the kernel for I/O that never completes). */
+static int end_descendants(long long deadline) {
+    static pid_t list[MAX_PROCS];
+    for (;;) {
+        int n = descendants(getpid(), list, MAX_PROCS);
+        for (int i = 0; i < n; i++) kill(list[i], SIGKILL);
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        if (n == 0 || now_ns() > deadline) return n;
+        usleep(10000);
+    }
+}
+
 /* The supervisor: one per run request; waits with a deadline, answers with a 'D' frame. */
 static void supervise(uint32_t id, struct req *r) {
     signal(SIGCHLD, SIG_DFL);
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); /* the command's orphans stay ours to end (descendants) */
     signal(SIGUSR1, on_usr1);
     const char *werr = write_files(r);
     if (werr) { send_error(id, werr); _exit(0); }
@@ -320,6 +378,18 @@ static void supervise(uint32_t id, struct req *r) {
     }
     long long wall = now_ns() - t0;
     killpg(child, SIGKILL); /* stragglers left in the group */
+    /* and every other process the command started, wherever it went (its own session): the next
+     * command must find the guest as quiet as this one did */
+    int left = end_descendants(now_ns() + STRAGGLER_WAIT_NS);
+    if (left) {
+        int fd = open(err, O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (fd >= 0) {
+            dprintf(fd, "\niolab-agent: %d process(es) the command started did not end within %lld s of SIGKILL "
+                        "(waiting in the kernel, e.g. for I/O that never completes)\n",
+                    left, STRAGGLER_WAIT_NS / 1000000000LL);
+            close(fd);
+        }
+    }
     struct buf p = {0};
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
     field_num(&p, 'r', rc);
