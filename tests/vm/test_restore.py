@@ -97,15 +97,25 @@ def _qemu_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(pl: Placement) -> tuple[float, float]:
-    """(IOPS, operations per CPU second of the guest's QEMU) of one run of JOB. The second is
-    what the emulation costs per I/O: on a machine whose other load takes CPU from the guest
-    at random it is far steadier than IOPS (measured here: CV ~30 % against ~60 %)."""
+# A guest fio that never completes: four fresh-clone suites in about forty saw one each (a 2 s job
+# still waiting after 120 s with its requests in flight, in booted and restored guests alike), never
+# two in one run. It is QEMU's or the guest kernel's under TCG, not a restore's: one is printed with
+# QEMU's and the guest's view and its guest replaced; a second in one run fails the test.
+MAX_HANGS = 1
+JOB_TIMEOUT_S = 30  # a 2 s job; minutes of TCG on a busy machine would still end well inside it
+
+
+def _measure(pl: Placement) -> tuple[float, float] | str:
+    """(IOPS, operations per CPU second of the guest's QEMU) of one run of JOB, or why it hung. The
+    second is what the emulation costs per I/O: on a machine whose other load takes CPU from the
+    guest at random it is far steadier than IOPS (measured here: CV ~30 % against ~60 %)."""
     pid = pl.extras["qemu_pid"]
     c0 = _qemu_cpu_s(pid)
-    res = pl.executor.run(ExecRequest([*JOB, f"--filename={pl.path}"], timeout_s=120))
+    res = pl.executor.run(ExecRequest([*JOB, f"--filename={pl.path}"], timeout_s=JOB_TIMEOUT_S))
     cpu = _qemu_cpu_s(pid) - c0
-    assert res.returncode == 0, f"timed out: {res.timed_out}\n{res.stderr}\n{guest_kernel_tail(pl.executor)}"
+    if res.timed_out:
+        return f"{res.stderr}\n{guest_kernel_tail(pl.executor)}"
+    assert res.returncode == 0, res.stderr
     job = json.loads(res.stdout)["jobs"][0]
     ops = job["read"]["total_ios"] + job["write"]["total_ios"]
     return float(job["read"]["iops"] + job["write"]["iops"]), ops / max(cpu, 0.01)
@@ -144,6 +154,7 @@ def test_a_restored_guest_measures_like_a_booted_one(private: Path, tmp_path: Pa
     ledger = Ledger()
     values: dict[str, dict[str, list[float]]] = {b: {m: [] for m in BANDS} for b in ("cold", "restore")}
     views: dict[str, tuple[dict[str, str], dict[str, Any]]] = {}
+    hangs: list[str] = []
     try:
         for rnd in range(8):
             for boot in (("cold", "restore") if rnd % 2 == 0 else ("restore", "cold")):
@@ -154,9 +165,14 @@ def test_a_restored_guest_measures_like_a_booted_one(private: Path, tmp_path: Pa
                     views.setdefault(boot, (_disk_view(pl), _qmp_disk(pl)))
                     _run(pl, f"fio --name=fill --filename={pl.path} --rw=write --bs=1M --direct=1 --size=64M", 300)
                     for _ in range(3):
-                        iops, per_cpu = _measure(pl)
-                        values[boot]["iops"].append(iops)
-                        values[boot]["per_cpu"].append(per_cpu)
+                        got = _measure(pl)
+                        if isinstance(got, str):
+                            hangs.append(f"round {rnd}, {boot} guest: {got}")
+                            print(f"\nguest fio hung ({len(hangs)} of at most {MAX_HANGS}): {hangs[-1]}")
+                            assert len(hangs) <= MAX_HANGS, "\n\n".join(hangs)
+                            break  # this guest is done; the next round's takes its place
+                        values[boot]["iops"].append(got[0])
+                        values[boot]["per_cpu"].append(got[1])
                 finally:
                     target.teardown()
             if rnd == 3 and not _verdict(values)[1]:

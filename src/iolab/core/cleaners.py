@@ -181,7 +181,7 @@ def release_sandbox_copies(dev: str) -> list[str]:
             # its root (bwrap pivoted into a new one) and its pid namespace (umount reads the mount
             # table from /proc/self, and a sandbox's /proc is its own)
             r = children.run(["nsenter", "--target", str(pid), "--mount", "--root", "--pid", "--",
-                                "umount", "-l", point], capture_output=True, text=True)
+                              "umount", "-l", point], capture_output=True, text=True)
             if r.returncode == 0:
                 done.append(f"{point} in the sandbox of pid {pid}")
     return done

@@ -64,8 +64,8 @@ def ensure(name: str) -> tuple[Account, bool]:
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
     nologin = shutil.which("nologin") or "/usr/sbin/nologin"
     r = children.run([useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-                        "--shell", nologin, "--comment", _COMMENTS.get(name, "iolab fleet"), name],
-                       capture_output=True, text=True, timeout=60)
+                      "--shell", nologin, "--comment", _COMMENTS.get(name, "iolab fleet"), name],
+                     capture_output=True, text=True, timeout=60)
     found = lookup(name)  # another iolab may have made it at the same moment: that is as good
     if found is None:
         raise CapabilityMissing(f"could not create the system user {name}: {r.stderr.strip() or r.returncode}")

@@ -79,7 +79,7 @@ def compile_helper(name: str, out: Path, flags: tuple[str, ...] = CFLAGS) -> Pat
         src.write_bytes(source)
         tmp_out = Path(tmp) / name
         proc = children.run([cc, *flags, "-o", str(tmp_out), str(src), *LINK_FLAGS.get(name, ())],
-                              capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise IolabError(f"building native helper {name} failed:\n"
                              f"{(proc.stderr or proc.stdout).strip()[-2000:]}")

@@ -283,7 +283,7 @@ def _check_static_libs(cc: str) -> None:
     """gcc finds each static library the link needs, or CapabilityMissing naming its package."""
     for lib, package in STATIC_LIBS.items():
         found = children.run([cc, f"-print-file-name={lib}"], capture_output=True, text=True,
-                               timeout=30).stdout.strip()
+                             timeout=30).stdout.strip()
         if not os.path.isabs(found):
             raise CapabilityMissing(f"{lib} not found: the static guest fio links it "
                                     f"(Debian/Ubuntu: apt-get install {package})")

@@ -88,7 +88,7 @@ def create_scratch_loop(ledger: Ledger, size: int, *, filesystem: str = "none", 
         made.append(res)
         if filesystem == "ext4":
             children.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", loop.device],
-                           check=True, capture_output=True)
+                         check=True, capture_output=True)
             mnt = scratch / f"{tag}.mnt"
             with ledger.creating("dir", str(mnt)) as res:
                 mnt.mkdir()

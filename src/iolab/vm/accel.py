@@ -120,7 +120,7 @@ def _kvm_boots(kernel: Path, cpu: str | None) -> tuple[bool, str]:
                 "-append", "console=ttyS0 panic=-1",
                 "-chardev", f"file,id=c,path={opt_path(console)}", "-serial", "chardev:c"]
         proc = children.start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                              stderr=subprocess.PIPE, start_new_session=True)
         try:
             deadline = time.monotonic() + PROBE_TIMEOUT_S
             while time.monotonic() < deadline:

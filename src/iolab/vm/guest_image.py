@@ -184,7 +184,7 @@ def build_agent() -> Path:
         c.write_bytes(src)
         binary = Path(tmp) / "iolab-agent"
         proc = children.run([gcc, "-static", "-O2", "-Wall", "-o", str(binary), str(c)],
-                              capture_output=True, text=True)
+                            capture_output=True, text=True)
         if proc.returncode != 0:
             raise CapabilityMissing(f"building the guest agent failed (static libc needed, "
                                     f"apt-get install libc6-dev):\n{proc.stderr[-2000:]}")

@@ -78,7 +78,7 @@ def _qemu_img_create(disk: DiskSpec, path: Path, secret: Secret | None) -> subpr
 def image_info(path: Path) -> dict[str, Any]:
     """`qemu-img info --output=json` (-U: also while QEMU holds the image's lock)."""
     proc = children.run([qemu_img(), "info", "-U", "--output=json", str(path)],
-                          capture_output=True, text=True)
+                        capture_output=True, text=True)
     if proc.returncode != 0:
         raise VmError(f"qemu-img info failed: {proc.stderr.strip()}")
     info: dict[str, Any] = json.loads(proc.stdout)
