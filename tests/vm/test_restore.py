@@ -97,10 +97,11 @@ def _qemu_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# A guest fio that never completes: four fresh-clone suites in about forty saw one each (a 2 s job
-# still waiting after 120 s with its requests in flight, in booted and restored guests alike), never
-# two in one run. It is QEMU's or the guest kernel's under TCG, not a restore's: one is printed with
-# QEMU's and the guest's view and its guest replaced; a second in one run fails the test.
+# A guest fio that never completes, its requests in flight: seen once here (virtio-blk, boot mode not
+# recorded) and once in test_vm.py (an NVMe disk, a restored guest) in about forty fresh-clone suites,
+# never twice in one; none in 240 runs of JOB made to look for it (180 in restored guests, 60 booted).
+# Whether a restore makes it likelier is open: one is printed with QEMU's view of the queues and the
+# guest's, and its guest replaced; a second in one run fails the test.
 MAX_HANGS = 1
 JOB_TIMEOUT_S = 30  # a 2 s job; minutes of TCG on a busy machine would still end well inside it
 
