@@ -231,6 +231,14 @@ def failed_result(req: ExecRequest, reason: str, wall_s: float, timed_out: bool 
                       wall_s=wall_s, cpu_user_s=0.0, cpu_sys_s=0.0, timed_out=timed_out)
 
 
+def _with_view(res: ExecResult, view: str) -> ExecResult:
+    """A command that timed out carries what the host side saw of the guest's disk at the timeout
+    (QEMU's queues, vm/virtio_queues.py), so a hung I/O says which layer holds it."""
+    if not res.timed_out or not view:
+        return res
+    return replace(res, stderr=f"{res.stderr}\nQEMU's view of the disk's queues at the timeout:\n{view}")
+
+
 class _GuestRunning(Running):
     def __init__(self, channel: AgentChannel, req: ExecRequest, grace_s: float,
                  host_view: Callable[[], str] | None = None):
@@ -244,25 +252,24 @@ class _GuestRunning(Running):
 
     def wait(self) -> ExecResult:
         if self._result is None:
-            self._result = self._with_host_view(self._wait())
+            self._result = self._wait()
         return self._result
 
-    def _with_host_view(self, res: ExecResult) -> ExecResult:
-        """A command that timed out carries what the host side sees (QEMU's disk queues), so a
-        hung I/O says which layer holds it."""
-        if not res.timed_out or self.host_view is None:
-            return res
-        view = self.host_view()
-        return replace(res, stderr=f"{res.stderr}\nQEMU's view of the disk's queues at the timeout:\n{view}"
-                       if view else res.stderr)
-
     def _wait(self) -> ExecResult:
-        frame = self.channel.answer(self.fid, self.t0 + self.req.timeout_s + self.grace_s)
+        frame = self.channel.answer(self.fid, self.t0 + self.req.timeout_s)
+        # The host side's view is taken as the command's timeout passes, before the agent has ended
+        # what the command started (up to 10 s: a process that waits in the kernel for I/O): by the
+        # time the answer comes, a held request may have completed (a throttled disk did)
+        view = ""
+        if frame is None and self.host_view is not None and not self.channel.closed_reason:
+            view = self.host_view()
+        if frame is None:
+            frame = self.channel.answer(self.fid, self.t0 + self.req.timeout_s + self.grace_s)
         if frame is None and not self.channel.closed_reason:
             self.channel.kill(self.fid)
             frame = self.channel.answer(self.fid, time.monotonic() + KILL_WAIT_S)
         if frame is not None:
-            return result_from(self.req, frame)
+            return _with_view(result_from(self.req, frame), view)
         wall = time.monotonic() - self.t0
         if self.channel.closed_reason:
             why = f"the guest went away while running the command: {self.channel.closed_reason}"
@@ -273,7 +280,8 @@ class _GuestRunning(Running):
                    f"the guest looks hung")
             timed_out = True
         tail = self.channel.diagnose()
-        return failed_result(self.req, why + (f"\nguest console tail:\n{tail}" if tail else ""), wall, timed_out)
+        return _with_view(failed_result(self.req, why + (f"\nguest console tail:\n{tail}" if tail else ""), wall,
+                                        timed_out), view)
 
     def kill(self) -> None:
         self.channel.kill(self.fid)
