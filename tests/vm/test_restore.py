@@ -97,7 +97,7 @@ def _qemu_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# A guest fio that never completes, its requests in flight: seen once here (virtio-blk, boot mode not
+# A guest fio that never completes, its requests in flight: seen twice here (virtio-blk, boot mode not
 # recorded) and once in test_vm.py (an NVMe disk, a restored guest) in about forty fresh-clone suites,
 # never twice in one; none in 240 runs of JOB made to look for it (180 in restored guests, 60 booted).
 # Whether a restore makes it likelier is open: one is printed with QEMU's view of the queues and the
