@@ -178,6 +178,8 @@ def test_r3_counts_decide_even_under_tcg() -> None:
     assert r["verdict"] == DIFFERS and "2.00 host syncs" in r["reason"] and "qcow2_l2_update 1.00" in r["reason"], r
     r = by_id(rows, "R3-journal-doubles")
     assert r["verdict"] == DIFFERS and "1.50" in r["value"] and "2.00 flushes per fdatasync" in r["reason"], r
+    # "not 2" belongs to the multiplier, not to the flush count beside it ("sent 2.00 flushes …, not 2")
+    assert "]), not 2×; the guest's block layer" in r["reason"] and not r["reason"].endswith("not 2"), r
 
 
 def test_r3_counts_that_vary_across_the_band_are_undecided() -> None:

@@ -451,9 +451,10 @@ def _r3_journal(doc: Doc, ctx: Ctx) -> Verdict:
     value = f"{_fmt(m.est)}× ({_fmt(_factor(doc, ctx, ext4).est)} / {_fmt(_factor(doc, ctx, plain).est)})"
     g, gs = ext4.guest_flushes or 0, ext4.guest_fdatasync or 0
     flushes = f"; the guest's block layer sent {g / gs:.2f} flushes per fdatasync with ext4" if gs else ""
-    words = f"the guest ext4 journal multiplies the host syncs by {value}{flushes}"
-    return _verdict([(m, Band(1.8, 2.2))], value, {HOLDS: words, DIFFERS: words + ", not 2",
-                                                  UNDECIDED: words + ": an interval straddling 1.8–2.2"}, m.est)
+    words = f"the guest ext4 journal multiplies the host syncs by {value}"
+    return _verdict([(m, Band(1.8, 2.2))], value, {HOLDS: words + flushes, DIFFERS: words + ", not 2×" + flushes,
+                                                  UNDECIDED: words + ", an interval straddling 1.8–2.2" + flushes},
+                    m.est)
 
 
 def _r3_cost(apps: tuple[str, ...]) -> Callable[[Doc, Ctx], Verdict]:
