@@ -56,6 +56,7 @@ _leftovers: dict[str, dict[str, list[str]]] = {}  # owner token -> what it left,
 _alive: dict[str, list[str]] = {}  # owner token -> its processes still alive at the end (a warning)
 _per_test: dict[str, list[str]] = {}  # test id -> what it left (cgroups, netns) that was not there before it
 _notes: list[str] = []  # the workers' timings of the suite's serial part (machine.NOTES), printed at the end
+_timeline: list[list[Any]] = []  # [worker, test id, start, end] (wall clock), this process's then all workers'
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -98,9 +99,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(WHOLE_MACHINE_GROUP))
         elif item.get_closest_marker("dead_owners") is not None:
             item.add_marker(pytest.mark.xdist_group(DEAD_OWNERS_GROUP))
+        elif (group := module_fixture_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if both:  # it would wait for the very run it reads (the reproduce lock, tests/machine.py)
         raise pytest.UsageError("a test of the reproduce run cannot be whole_machine: " + ", ".join(both))
     items.sort(key=lambda it: rank[it.nodeid])  # stable: within a rank, the collection's order
+
+
+def module_fixture_group(item: pytest.Item) -> str | None:
+    """One xdist group per test module whose tests share a module-scoped fixture (a booted guest, a
+    pair of measured runs): a module fixture is set up once per worker that runs any of its tests,
+    and xdist spreads a module's tests over every worker (`iolab compare`'s two measured runs were set
+    up twice, 135 s each). Grouped, the module's tests go to one worker and the fixture runs once."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in info.names_closure:
+        defs = info.name2fixturedefs.get(name) or ()
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return "module:" + item.nodeid.split("::", 1)[0]
+    return None
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -119,8 +137,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     else:
         hold = machine.session_lock().shared()
     with hold as waited:
-        t0 = time.monotonic()
+        t0, start = time.monotonic(), time.time()
         yield
+    _timeline.append([os.environ.get("PYTEST_XDIST_WORKER", "main"), item.nodeid, start, time.time()])
     if whole:  # the suite's serial part: what each whole_machine test held the machine for, and waited
         machine.NOTES.append(f"whole_machine {time.monotonic() - t0:6.0f} s held, {waited:5.0f} s waited: "
                              f"{item.nodeid}")
@@ -139,9 +158,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     alive = leaks.processes(token)
     if hasattr(config, "workerinput"):
         config.workeroutput["iolab_leftovers"] = json.dumps({"token": token, "left": mine, "by_test": _per_test,
-                                                            "alive": alive, "notes": machine.NOTES})
+                                                            "alive": alive, "notes": machine.NOTES,
+                                                            "timeline": _timeline})
         return
     _notes.extend(machine.NOTES)
+    _write_timeline(config)
     if mine:
         _leftovers[token] = mine
     if alive:
@@ -188,3 +209,29 @@ def pytest_testnodedown(node: Any, error: object) -> None:
         _alive[report["token"]] = report["alive"]
     _per_test.update(report["by_test"])
     _notes.extend(report.get("notes", []))
+    _timeline.extend(report.get("timeline", []))
+
+
+def _write_timeline(config: pytest.Config) -> None:
+    """Where the suite's time went, per worker: busy seconds (set-up, test and teardown, the
+    machine lock held) against the session's span, and the slowest tests on each. Idle time on a
+    worker is time the suite could lose only by rebalancing; a worker busy to the end is the
+    critical path. IOLAB_TEST_TIMELINE=FILE also writes every test's [worker, id, start, end]."""
+    if not _timeline:
+        return
+    path = os.environ.get("IOLAB_TEST_TIMELINE")
+    if path:
+        with open(path, "w") as f:
+            json.dump(sorted(_timeline, key=lambda r: r[2]), f)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    t0, t1 = min(r[2] for r in _timeline), max(r[3] for r in _timeline)
+    reporter.write_sep("=", f"where the time went: {t1 - t0:.0f} s from the first test's start to the last's end")
+    for worker in sorted({r[0] for r in _timeline}):
+        rows = [r for r in _timeline if r[0] == worker]
+        busy, last = sum(r[3] - r[2] for r in rows), max(r[3] for r in rows)
+        top = ", ".join(f"{r[1].split('::')[-1][:48]} {r[3] - r[2]:.0f} s"
+                        for r in sorted(rows, key=lambda r: r[2] - r[3])[:3])
+        reporter.write_line(f"{worker}: {len(rows)} tests, {busy:5.0f} s busy, done at +{last - t0:5.0f} s; "
+                            f"slowest: {top}")
