@@ -191,3 +191,36 @@ def test_the_collected_order_is_the_queue_order(request: pytest.FixtureRequest) 
     assert ranks == sorted(ranks)
     if hasattr(request.config.option, "loadscopereorder"):
         assert request.config.option.loadscopereorder is False
+
+
+@pytest.fixture(scope="module")
+def _set_up_once_per_module() -> list[int]:
+    return []
+
+
+def test_a_module_fixture_user(_set_up_once_per_module: list[int]) -> None:
+    """One of two tests sharing a module fixture (read by the next test)."""
+    _set_up_once_per_module.append(1)
+
+
+def test_a_modules_shared_fixture_keeps_its_tests_on_one_worker(request: pytest.FixtureRequest,
+                                                                 _set_up_once_per_module: list[int]) -> None:
+    """tests/conftest.py put the tests of a module that share a module-scoped fixture in one xdist
+    group named after the module (a worker sets a module fixture up for itself: spread over the
+    workers, `iolab compare`'s measured runs were set up twice), and left every other test out of it."""
+    from tests.conftest import module_fixture_group
+
+    def groups(item: pytest.Item) -> list[str]:
+        return [m.args[0] if m.args else m.kwargs["name"] for m in item.iter_markers("xdist_group")]
+
+    here = [i for i in request.session.items if i.nodeid.startswith("tests/test_machine_lock.py::")]
+    users = {i.name for i in here if "_set_up_once_per_module" in i.fixturenames}
+    assert users == {"test_a_module_fixture_user", "test_a_modules_shared_fixture_keeps_its_tests_on_one_worker"}
+    for item in here:
+        want = ["module:tests/test_machine_lock.py"] if item.name in users else []
+        assert groups(item) == want and module_fixture_group(item) == (want[0] if want else None), item.nodeid
+    # and over the whole session: a module group is only ever its own module's, on tests with a module fixture
+    for item in request.session.items:
+        for g in groups(item):
+            if g.startswith("module:"):
+                assert g == "module:" + item.nodeid.split("::")[0] and module_fixture_group(item) == g, item.nodeid
