@@ -26,3 +26,19 @@ def test_more_needed_narrows_an_interval_until_it_clears_the_band() -> None:
     d = more_needed(Band(1.2), project, current=2, configurations=("a",), config_ids=("id-a",))
     assert (d.more, d.configurations, d.config_ids) == (4, ("a",), ("id-a",))
     assert more_needed(Band(1.5), project, current=2).more is None, "sits on the edge: never decided"
+
+
+def test_the_memoised_intervals_follow_the_values_not_the_list_that_held_them() -> None:
+    """sequential_ci and projected are memoised (bench/run analysis): a list changed in place, or
+    another design, must give that input's interval, exactly as computed afresh."""
+    from iolab.analysis import sequential
+    from iolab.core.metrics import NONNEG
+
+    design = sequential.LookDesign(3, 10)
+    values = [100.0, 104.0, 97.0]
+    before, ahead = sequential.sequential_ci(values, design, NONNEG), sequential.projected(values, design, NONNEG, 4)
+    values[2] = 60.0
+    now = sequential.sequential_ci(values, design, NONNEG)
+    assert now != before and now == sequential._sequential_ci.__wrapped__(tuple(values), design, NONNEG, 1)
+    assert sequential.projected(values, design, NONNEG, 4).lo < ahead.lo, "the wider spread projects wider"
+    assert sequential.sequential_ci(values, sequential.LookDesign(3, 3), NONNEG) != now, "the design is a key"

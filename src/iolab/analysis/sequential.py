@@ -40,6 +40,7 @@ simulations could drift from what the reports print.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -209,7 +210,14 @@ def method_of(design: LookDesign, domain: Domain, scale: str, family: int = 1) -
 def sequential_ci(values: Sequence[float | None], design: LookDesign, domain: Domain = NONNEG,
                   family: int = 1) -> Estimate:
     """One configuration's estimate (what reports print): interval_batch on its finite values in
-    run order, with the run-order checks that tripped and the stalls (zeros) it counted."""
+    run order, with the run-order checks that tripped and the stalls (zeros) it counted.
+    Memoised (an Estimate is immutable): a study's analysis reads one configuration in every ratio
+    and table that uses it, and each read would recompute the same interval and checks."""
+    return _sequential_ci(tuple(values), design, domain, family)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sequential_ci(values: tuple[float | None, ...], design: LookDesign, domain: Domain, family: int) -> Estimate:
     a, dropped = finite(values)
     n = len(a)
     design = design.covering(n)
@@ -230,19 +238,36 @@ def projected(values: Sequence[float | None], design: LookDesign, domain: Domain
     """The interval `values` would likely have after `extra` more repetitions with the same estimate
     and spread (the parametric part at n + extra, on the same scale; no hull): what tells an
     undecided verdict how many more repetitions would decide it (analysis/verdicts.py)."""
-    a, _ = finite(values)
-    n = len(a)
+    n, scale, c, sd = _projection_basis(tuple(values), domain)
     if n < 2:
         return Estimate(math.nan, math.nan, math.nan, n, math.nan, "projected")
     total = n + extra
-    q = design.covering(total).quantile(total, family)
-    scale = int(scale_of(a[None, :], domain)[0])
-    y = np.log(a) if scale == 1 else special.logit(a) if scale == 2 else a
-    c = float(np.mean(y)) if domain.integer else float(np.median(y))
-    half = q * float(y.std(ddof=1)) / math.sqrt(total)
+    half = _quantile_at(design, total, family) * sd / math.sqrt(total)
     back = {1: math.exp, 2: lambda v: float(special.expit(v))}.get(scale, float)
     lo, hi = domain.clip(back(c - half)), domain.clip(back(c + half))
     return Estimate(back(c), lo, hi, total, math.nan, "projected", domain=domain.name, estimand=domain.estimand)
+
+
+@functools.lru_cache(maxsize=4096)
+def _projection_basis(values: tuple[float | None, ...], domain: Domain) -> tuple[int, int, float, float]:
+    """(n, scale code, estimate and SD on that scale) of `values`: what every projection of them
+    shares. Memoised because "how many more would decide it" projects the same values at every k
+    up to PROJECT_MAX (verdicts.repetitions_to_decide), and recomputing the median and SD for each
+    k was most of the time a study's verdicts took to analyse (bench/run analysis)."""
+    a, _ = finite(values)
+    n = len(a)
+    if n < 2:
+        return n, 0, math.nan, math.nan
+    scale = int(scale_of(a[None, :], domain)[0])
+    y = np.log(a) if scale == 1 else special.logit(a) if scale == 2 else a
+    c = float(np.mean(y)) if domain.integer else float(np.median(y))
+    return n, scale, c, float(y.std(ddof=1))
+
+
+@functools.lru_cache(maxsize=1024)
+def _quantile_at(design: LookDesign, n: int, family: int) -> float:
+    """The half-width multiplier at n of `design` widened to have a look there (memoised: see above)."""
+    return design.covering(n).quantile(n, family)
 
 
 def design_of(doc: dict[str, Any]) -> LookDesign:
