@@ -131,6 +131,33 @@ def test_refused_with_line(text: str, line: int | None, word: str) -> None:
     assert word in str(exc), str(exc)
 
 
+@pytest.mark.parametrize("value", ["'/root/.ssh/id_ed25519'", "0xff'/etc/shadow'", "\"key\"'secret'%o",
+                                   "abc", "0xZZ", "\"open", "%p"])
+def test_a_data_pattern_outside_fios_grammar_is_refused(value: str) -> None:
+    """fio's lib/pattern.c reads a 'quoted name' in a pattern as "open this file and write its bytes
+    as the data": a copy of a root-only file into a file the job leaves behind. The value is
+    checked against the grammar's allowed forms, so a file form anywhere in it is refused."""
+    for option in ("buffer_pattern", "verify_pattern"):
+        exc = _refusal(f"[j]\nsize=64k\n{option}={value}\n")
+        assert exc.line == 3 and "refused" in exc.reason, str(exc)
+        if "'" in value:
+            assert "read that file" in exc.reason, str(exc)
+
+
+@needs_fio
+@pytest.mark.parametrize("value", ["\"abcd\"", "-1024", "66", "0xFF0X1", "%o", "\"123\"0xFFeeCC",
+                                   "-100xab\"1\"%o\"2\"", "%o0xdeadbeef%o"])
+def test_fios_own_pattern_examples_pass_and_fio_reads_them(value: str, tmp_path) -> None:
+    """The examples of lib/pattern.c's own comment: accepted, and fio parses the rendered job."""
+    option = "verify_pattern" if "%o" in value else "buffer_pattern"
+    job = sb.parse(f"[j]\nsize=64k\nrw=write\nverify=pattern\n{option}={value}\n", "t.fio", env=ENV)
+    assert sb.check_paths(job) == []
+    f = tmp_path / "j.fio"
+    f.write_text(f"[j]\nfilename={tmp_path}/d\nsize=64k\nrw=write\nverify=pattern\n{option}={value}\n")
+    res = subprocess.run(["fio", "--parse-only", str(f)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+
+
 def test_huge_job_text_is_refused_without_parsing() -> None:
     exc = _refusal("[j]\n" + "bs=4k\n" * 200_000)
     assert "larger than" in exc.reason

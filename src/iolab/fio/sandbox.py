@@ -52,6 +52,12 @@ _CHARSET = {
     allow.PATTERN: re.compile(r"^[\x21-\x7e]+$"),
     allow.TEXT: re.compile(r"^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$"),
 }
+# A data pattern, by fio's own grammar (lib/pattern.c parse_and_fill_pattern), built up from what
+# is allowed rather than refusing what is not: "a string" (no quote inside: fio has no escape), a
+# hex run 0x.., a decimal integer, and the %o offset format, in any sequence. fio's fifth form,
+# 'PATH' in single quotes, opens that file and writes its bytes as the data: a copy of any file the
+# trial can read into the files it writes, so it is not in the grammar.
+_PATTERN = re.compile(r'(?:"[^"]*"|0[xX][0-9a-fA-F]+|-?[0-9]+|%o)+')
 _PATH_CHARS = re.compile(r"^[A-Za-z0-9_.,+@%=/-]+$")
 _FORBIDDEN_IN_VALUES = "$;#\\"  # fio would substitute, cut or unescape these: never in a checked value
 _HARMLESS_DEVICES = {"/dev/null": (1, 3), "/dev/zero": (1, 5)}
@@ -245,6 +251,9 @@ def _check_value(opt: Option, rule: allow.Allowed, source: str, shown: str, abso
     elif rule.kind in _CHARSET:
         if not _CHARSET[rule.kind].match(v):
             refuse("the value has characters iolab does not pass to fio")
+        if rule.kind == allow.PATTERN and not _PATTERN.fullmatch(v):
+            refuse("a data pattern is \"text\", 0x hex bytes, a decimal number and %o, joined (fio's "
+                   "lib/pattern.c); a quoted 'name' would make fio read that file into the data it writes")
         if rule.max_int is not None and (not v.isdigit() or int(v) > rule.max_int):
             refuse(f"expected a whole number up to {rule.max_int}")
     elif rule.kind == allow.JOBNAME:
