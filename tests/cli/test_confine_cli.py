@@ -28,7 +28,11 @@ def _jobfile_spec(lab: Lab, host: Path, job: str) -> Path:
 
 
 @pytest.mark.parametrize("case", ["j.0.0", "f$filenum", "iolab-fio.dat"])
-def test_the_three_confirmed_cases_are_stopped(lab: Lab, canaries: Canaries, tmp_path: Path, case: str) -> None:
+def test_the_three_confirmed_cases_write_nothing_of_the_users(lab: Lab, canaries: Canaries, tmp_path: Path,
+                                                              case: str) -> None:
+    """A link planted at the name fio opens, in the user's directory, reaches nothing: every trial's
+    files are in a directory iolab makes inside it, the only writable place. The run succeeds,
+    the canary disk and the link are as they were, and iolab's directory is gone afterwards."""
     host = tmp_path / "host"
     host.mkdir()
     if case == "j.0.0":
@@ -42,11 +46,14 @@ def test_the_three_confirmed_cases_are_stopped(lab: Lab, canaries: Canaries, tmp
         spec = lab.spec(study_table("confirmed", repetitions=1, max_repetitions=1)
                         + f'[target]\nkind = "host"\ndirectory = "{host}"\n'
                         + fio_workload(rw="randwrite", size="1M"))
+    before = {p.name: os.readlink(p) for p in host.iterdir()}
     r = lab.iolab("run", spec, timeout=300)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "symbolic link" in one_line(r.stderr) and canaries.device in r.stderr, r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
     assert canaries.changed() == []
-    assert not lab.db.exists(), "refused before anything ran"
+    assert {p.name: os.readlink(p) for p in host.iterdir()} == before, "the user's directory is as it was"
+    placed = lab.report_json()["trials"][0]["manifest"]["target"]
+    assert placed["in"] == str(host) and Path(placed["directory"]).parent == host
+    assert placed["confinement"]["writable"][0] == placed["directory"]
 
 
 @pytest.mark.parametrize("directory", ["/", "/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/run", "/var/lib",
@@ -73,8 +80,10 @@ def test_a_directory_on_a_pseudo_filesystem_is_refused(lab: Lab, tmp_path: Path)
         subprocess.run(["umount", str(mnt)], check=True)
 
 
-def test_a_real_run_writes_beside_the_users_files_and_never_over_them(lab: Lab, tmp_path: Path) -> None:
-    """The user's files stay byte for byte; iolab's own run needs --destroy-data to reuse its old file."""
+def test_a_real_run_writes_only_in_its_own_directory_and_leaves_the_users_as_it_was(lab: Lab,
+                                                                                     tmp_path: Path) -> None:
+    """The user's files stay byte for byte, no name is added (a spec naming ~/.ssh cannot leave an
+    authorized_keys), and iolab's own directory is removed with the study."""
     host = tmp_path / "mine"
     (host / "photos").mkdir(parents=True)
     (host / "photos" / "a.jpg").write_bytes(b"jpeg" * 1000)
@@ -82,19 +91,38 @@ def test_a_real_run_writes_beside_the_users_files_and_never_over_them(lab: Lab, 
     spec = lab.spec(study_table("beside", repetitions=1, max_repetitions=1)
                     + f'[target]\nkind = "host"\ndirectory = "{host}"\n' + fio_workload(rw="randwrite", size="1M"))
     r = lab.iolab("run", spec, "--dry-run")
-    assert "what is there now stays read-only (2 entries" in one_line(r.stdout), r.stdout
-    r = lab.iolab("run", spec, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert (host / "notes.txt").read_text() == "keep me\n"
-    assert (host / "photos" / "a.jpg").read_bytes() == b"jpeg" * 1000
-    data = host / "iolab-fio.dat"
-    assert data.is_file() and data.stat().st_size == 1 << 20
+    assert f"makes a directory of its own in {host}" in one_line(r.stdout), r.stdout
+    assert "nothing else in" in one_line(r.stdout) and "(2 entries there now)" in one_line(r.stdout), r.stdout
+    for _ in range(2):  # a second run needs nothing of the first's: nothing of it is left
+        r = lab.iolab("run", spec, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert sorted(p.name for p in host.iterdir()) == ["notes.txt", "photos"]
+        assert (host / "notes.txt").read_text() == "keep me\n"
+        assert (host / "photos" / "a.jpg").read_bytes() == b"jpeg" * 1000
     trial = lab.report_json()["trials"][0]
+    assert trial["status"] == "ok" and trial["metrics"]["write_iops"] > 0
     conf = trial["manifest"]["target"]["confinement"]
-    assert conf["writable"][0] == str(host) and conf["protected"] == 2 and conf["network"] == "none"
-    r = lab.iolab("run", spec, timeout=300)
-    assert r.returncode == 2 and f"--destroy-data {data}" in one_line(r.stderr), r.stderr
-    r = lab.iolab("run", spec, "--destroy-data", str(data), timeout=300)
+    assert conf["writable"][0] == trial["manifest"]["target"]["directory"] and "protected" not in conf
+    assert conf["network"] == "none" and conf["unix_sockets"] == "refused"
+
+
+def test_a_spec_cannot_add_a_file_to_the_directory_it_names(lab: Lab, tmp_path: Path) -> None:
+    """The attack, for real, on a stand-in for ~/.ssh: a job file that writes a chosen line at a
+    new name (authorized_keys) and one that copies a root-only file into its data. The first runs
+    and leaves nothing in the directory; the second is refused by the pattern grammar."""
+    ssh = tmp_path / "home" / ".ssh"
+    ssh.mkdir(parents=True, mode=0o700)
+    secret = tmp_path / "secret"
+    secret.write_text("TOP-SECRET\n")
+    secret.chmod(0o600)
+    key = b"ssh-ed25519 AAAATESTKEY attacker@example".hex()
+    job = f"[authorized_keys]\nfilename=authorized_keys\nrw=write\nbs=41\nsize=41\nbuffer_pattern=0x{key}\n"
+    r = lab.iolab("run", _jobfile_spec(lab, ssh, job), timeout=300)
     assert r.returncode == 0, r.stderr
-    assert (host / "notes.txt").read_text() == "keep me\n"
-    assert os.path.getsize(data) == 1 << 20
+    assert list(ssh.iterdir()) == [], "nothing was added to the directory the spec named"
+    trial = lab.report_json()["trials"][0]
+    assert trial["status"] == "ok" and trial["metrics"]["iops"] > 0, "the job did run"
+    job = f"[j]\nrw=write\nbs=64\nsize=64\nbuffer_pattern='{secret}'\n"
+    r = lab.iolab("run", _jobfile_spec(lab, ssh, job), timeout=300)
+    assert r.returncode == 2 and "read that file" in one_line(r.stderr), r.stderr
+    assert list(ssh.iterdir()) == []

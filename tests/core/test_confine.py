@@ -23,7 +23,7 @@ from tests.core.helpers import needs_fio, needs_root
 from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import diskguard
-from iolab.core.confine import NOBODY, Confinement, preexisting
+from iolab.core.confine import NOBODY, Confinement
 from iolab.core.errors import RefusedError
 from iolab.core.exec import ExecRequest
 
@@ -142,38 +142,43 @@ def test_no_mount_mknod_raw_io_realtime_priority_or_negative_nice(tmp_path: Path
         ex.close()
 
 
-def test_preexisting_entries_of_a_host_directory_cannot_be_written_removed_or_replaced(
-        tmp_path: Path, trial: TrialCgroup, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_host_directory_target_writes_only_in_the_directory_it_makes_there(tmp_path: Path) -> None:
+    """The `host` target, set up for real on a directory of the user's: its trials' processes can
+    neither change, remove, rename over, hard-link nor *add* anything in it (an authorized_keys
+    in a ~/.ssh), only write in the directory iolab made inside, which teardown removes."""
+    from iolab.core.resources import Ledger
+    from iolab.targets.hostdir import HostDirParams, HostDirTarget
+
     host = tmp_path / "host"
     (host / "sub").mkdir(parents=True)
     (host / "data.bin").write_bytes(b"user data")
     (host / "sub" / "deep.txt").write_text("deep")
-    (host / "consented.bin").write_bytes(b"may go")
-    monkeypatch.setattr(diskguard, "_DESTROY_FILES", set())
-    diskguard.allow_destroy([str(host / "consented.bin")])
-    protected = preexisting(str(host), diskguard.destroy_allowed)
-    assert protected == (str(host / "data.bin"), str(host / "sub"))
-    ex = _executor(tmp_path, Confinement(writable=(str(host),), protected=protected), trial)
+    ledger = Ledger()
+    target = HostDirTarget(HostDirParams(kind="host", directory=str(host)), ledger)
+    placement = target.setup()
     try:
+        own = Path(placement.directory or "")
+        assert own.parent == host and own.name.startswith("iolab-o") and own.is_dir()
         d = str(host)
         for what, script in {
             "overwrite": f"echo x > {d}/data.bin", "append": f"echo x >> {d}/data.bin",
             "truncate": f"truncate -s 0 {d}/data.bin", "remove": f"rm -f {d}/data.bin",
-            "rename-away": f"mv {d}/data.bin {d}/moved",
-            "rename-over": f"echo n > {d}/n && mv -f {d}/n {d}/data.bin; rc=$?; rm -f {d}/n; exit $rc",
-            "hard-link": f"ln {d}/data.bin {d}/hl && echo x >> {d}/hl; rc=$?; rm -f {d}/hl; exit $rc",
+            "rename-away": f"mv {d}/data.bin {d}/moved", "add": f"echo 'ssh-ed25519 AAAA x' > {d}/authorized_keys",
+            "add-from-inside": f"echo x > {own}/../authorized_keys", "mkdir": f"mkdir {d}/new",
+            "rename-over": f"echo n > {own}/n && mv -f {own}/n {d}/data.bin",
+            "hard-link": f"ln {d}/data.bin {own}/hl && echo x >> {own}/hl",
             "deep-write": f"echo x > {d}/sub/deep.txt", "deep-new": f"echo x > {d}/sub/new.txt",
             "remove-dir": f"rm -rf {d}/sub",
         }.items():
-            code, out = _sh(ex, script)
-            assert code != 0, f"{what} succeeded on a file that was there before: {out}"
-        code, out = _sh(ex, f"echo new > {d}/new.txt && rm {d}/new.txt && echo gone > {d}/consented.bin")
-        assert code == 0, f"new files and a file named with --destroy-data are writable: {out}"
+            r = placement.executor.run(ExecRequest(["sh", "-c", script], timeout_s=60))
+            assert r.returncode != 0, f"{what} succeeded in the user's directory: {r.stdout + r.stderr}"
+        r = placement.executor.run(ExecRequest(["sh", "-c", f"echo mine > {own}/f && cat {own}/f"], timeout_s=60))
+        assert r.returncode == 0 and r.stdout.strip() == "mine", r.stderr
     finally:
-        ex.close()
+        target.teardown()
     assert (host / "data.bin").read_bytes() == b"user data" and (host / "sub" / "deep.txt").read_text() == "deep"
-    assert sorted(p.name for p in host.iterdir()) == ["consented.bin", "data.bin", "sub"]
-    assert (host / "consented.bin").read_text() == "gone\n"
+    assert sorted(p.name for p in host.iterdir()) == ["data.bin", "sub"], "iolab's directory went with the target"
+    assert ledger.items == []
 
 
 def test_a_device_iolab_did_not_make_is_visible_only_with_destroy_data(tmp_path: Path, canaries: Canaries,
@@ -279,7 +284,62 @@ def _comm(pid: int) -> str:
 def test_the_plan_names_what_a_trial_can_write(tmp_path: Path) -> None:
     host = tmp_path / "h"
     host.mkdir()
-    (host / "old").write_text("x")
-    lines = Confinement(writable=(str(host),), protected=preexisting(str(host))).describe()
-    assert f"can write {host}" in lines and any("1 entry that were there before" in line for line in lines)
+    lines = Confinement(writable=(str(host),)).describe()
+    assert f"can write {host}" in lines and "no network; no unix sockets" in lines[-1], lines
+    assert "unix sockets" not in Confinement(unix_sockets=True).describe()[-1]
     assert subprocess.run(["bwrap", "--version"], capture_output=True).returncode == 0
+
+
+@needs_fio
+def test_a_trial_cannot_reach_a_unix_socket_on_the_host(tmp_path: Path, trial: TrialCgroup) -> None:
+    """A read-only root does not stop connect(): a socket file answers a confined uid 0 unless the
+    kernel refuses the socket itself (core/socketfilter.py). The harm, for real: fio's net engine
+    over a unix socket (the attack a job file would make if the check missed `ioengine=net`) and a
+    plain connect() to a listener of the test's own. Neither reaches it; a confinement that may
+    make unix sockets (QEMU's, the fleet client's) does, so the listener would notice. socketpair()
+    and an inet socket in the private network namespace still work."""
+    import socket
+
+    path = str(tmp_path / "canary.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    listener.settimeout(0.5)
+    os.chmod(path, 0o777)
+    connect = ("import socket, sys\na, b = socket.socketpair(); a.send(b'x'); assert b.recv(1) == b'x'\n"
+               "socket.socket(socket.AF_INET).bind(('127.0.0.1', 0))\n"
+               "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.send(b'reached'); print('CONNECTED')\n")
+    fio_job = f"[j]\nioengine=net\nprotocol=unix\nfilename={path}\nrw=write\nbs=16\nsize=64\n"
+
+    def accepted() -> list[bytes]:
+        got = []
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                return got
+            with conn:
+                conn.settimeout(2)
+                try:
+                    got.append(conn.recv(64))
+                except TimeoutError:
+                    got.append(b"")
+
+    try:
+        for unix_sockets in (False, True):
+            ex = _executor(tmp_path, Confinement(unix_sockets=unix_sockets), trial)
+            try:
+                py = ex.run(ExecRequest(["python3", "-c", connect, path], timeout_s=60))
+                fio = ex.run(ExecRequest(["fio", "job.fio"], timeout_s=60, files={"job.fio": fio_job}))
+            finally:
+                ex.close()
+            got = accepted()
+            if unix_sockets:  # the control: the same programs do reach it when allowed
+                assert "CONNECTED" in py.stdout and b"reached" in got, (py.stdout + py.stderr, got)
+                assert len(got) >= 2, f"fio's net engine should have connected too: {fio.stderr}"
+            else:
+                assert got == [], f"a confined trial reached the host's socket: {got}"
+                assert "Permission denied" in py.stderr and "CONNECTED" not in py.stdout, py.stdout + py.stderr
+                assert fio.returncode != 0, fio.stdout
+    finally:
+        listener.close()

@@ -89,11 +89,3 @@ def test_a_link_at_any_name_fio_makes_is_refused(tmp_path: Path, case: str) -> N
         Path(path).unlink()
 
 
-def test_a_file_already_there_needs_destroy_data_before_the_study(tmp_path: Path) -> None:
-    host = tmp_path / "host"
-    host.mkdir()
-    (host / "j.0.0").write_text("the user's")
-    job = fio_sandbox.parse("[j]\nrw=write\nsize=4k\n", "t.fio", env={})
-    with pytest.raises(fio_sandbox.JobFileRefused, match="--destroy-data"):
-        fio_sandbox.check_paths(job, [str(host)], str(tmp_path), str(host), before_study=True)
-    fio_sandbox.check_paths(job, [str(host)], str(tmp_path), str(host))  # at run time: iolab's own file

@@ -145,16 +145,6 @@ def _option(option: str, value: Callable[[Lab, Canary], str], *words: str) -> Ca
     return build
 
 
-def _link_out_of_host_dir(lab: Lab, c: Canary) -> Case:
-    d = lab.root / "mydir"
-    d.mkdir()
-    (d / "out").symlink_to(c.dir)
-    job = "[j]\nfilename=out/victim\nrw=write\nsize=4k\n"
-    spec = _spec(lab, GOOD_STUDY + f'[target]\nkind = "host"\ndirectory = "{d}"\n'
-                 f'[workload]\nkind = "fio-jobfile"\njob_file = "inline.fio"\njob_text = {json.dumps(job)}\n')
-    return Case(["run", str(spec)], [f"{spec}: workload", "inline.fio:2:", f"'{c.dir}/victim'", "outside"])
-
-
 CASES: dict[str, Callable[[Lab, Canary], Case]] = {
     # -- job files: every item of the point 3 ---------------------------------------------
     "include-space": _jobcase("[j]\nsize=1m\ninclude {c}/victim\n", 3, "include"),
@@ -239,7 +229,6 @@ CASES: dict[str, Callable[[Lab, Canary], Case]] = {
     "spec-deep-nesting": _deep,
     "spec-non-utf8": lambda lab, c: Case(["run", str(_spec(lab, GOOD_STUDY.encode() + b"description = \"\xff\"\n"))],
                                          ["(line 3)", "not UTF-8"]),
-    "spec-link-out-of-host-dir": _link_out_of_host_dir,
     # -- the spec file itself ---------------------------------------------------------------------
     "file-fifo": _special(_fifo, "(file)", "FIFO"),
     "file-directory": _special(_dir, "(file)", "directory"),

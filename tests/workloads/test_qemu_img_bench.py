@@ -145,7 +145,9 @@ aio = "io_uring"
     for t in trials:
         _check_rates(t, raw[t["id"]])
         w, facts = t["params"]["_workload"], t["manifest"]["workload_facts"]
-        assert f" {user_dir}/iolab-qemu-img-bench-" in t["manifest"]["job"], "the image is in the target's directory"
+        placed = t["manifest"]["target"]["directory"]  # iolab's own directory inside the user's
+        assert Path(placed).parent == user_dir and f" {placed}/iolab-qemu-img-bench-" in t["manifest"]["job"], \
+            "the image is in the target's directory"
         assert t["manifest"]["job"].endswith(f".{w['format']}")
         assert facts["image"] == "file" and facts["image_size"] == w["count"] * w["bs"]
         assert ("prefill" in facts) == (w["rw"] == "read"), "reads, and only reads, write the image first"

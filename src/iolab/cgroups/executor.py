@@ -20,13 +20,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
 from iolab.cgroups import processes as cgroup_processes
 from iolab.cgroups.trial import SpawnCgroup
-from iolab.core import cleaners, confine, diskguard, signals
+from iolab.core import cleaners, confine, diskguard, signals, socketfilter
 from iolab.core import owner as owners
 from iolab.core.confine import Confinement
 from iolab.core.errors import RefusedError
@@ -43,7 +44,7 @@ class _HostRunning(Running):
     CPU time of the result is read from it, and kill() ends the whole tree through it."""
 
     def __init__(self, req: ExecRequest, workdir: Path, leaf: SpawnCgroup, spawn_tag: str | None = None,
-                 argv: list[str] | None = None):
+                 argv: list[str] | None = None, pass_fds: tuple[int, ...] = ()):
         self.req = req
         self.workdir = workdir
         self.leaf = leaf
@@ -66,7 +67,7 @@ class _HostRunning(Running):
         self.confined = argv is not None and argv != req.argv
         self.proc = subprocess.Popen(
             argv or req.argv, cwd=workdir, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=own_session, preexec_fn=_child_setup,
+            env=env, start_new_session=own_session, preexec_fn=_child_setup, pass_fds=pass_fds,
         )
         self._result: ExecResult | None = None
         self.on_reaped: Callable[[], None] | None = None
@@ -192,7 +193,18 @@ class HostExecutor(Executor):
         tag = uuid.uuid4().hex[:16]
         leaf: SpawnCgroup = self.cgroup.spawn_group(tag) if self.cgroup is not None else SpawnCgroup.standalone(tag)
         leaf.place(req.cgroup_procs)
-        argv = self.confined_argv(req)
+        with self._filter_fd(req) as seccomp_fd:
+            return self._spawn(req, leaf, tag, seccomp_fd)
+
+    def _filter_fd(self, req: ExecRequest) -> AbstractContextManager[int | None]:
+        """The unix-socket filter's fd for a confined request (core/socketfilter.py), else none."""
+        if self.confinement is None or not req.confined or not self.confinement.filtered:
+            return contextlib.nullcontext()
+        return socketfilter.program_fd()
+
+    def _spawn(self, req: ExecRequest, leaf: SpawnCgroup, tag: str, seccomp_fd: int | None) -> Running:
+        argv = self.confined_argv(req, seccomp_fd)
+        fds = (seccomp_fd,) if seccomp_fd is not None else ()
         if argv != req.argv and "TMPDIR" not in req.env:
             # /tmp is read-only in the confinement: temporary files (iperf3's stream buffers,
             # mkstemp in /tmp unless TMPDIR says where) go to the one place it may write
@@ -200,18 +212,19 @@ class HostExecutor(Executor):
         if self.ledger is None:
             with signals.held():
                 leaf.make()
-                return _started(req, self.workdir, leaf, tag, argv)
+                return _started(req, self.workdir, leaf, tag, argv, fds)
         ledger = self.ledger
         with ledger.creating("pgroup", "", spawn=tag, **leaf.ledger_info()) as res:
             leaf.make()
-            running = _started(req, self.workdir, leaf, tag, argv)
+            running = _started(req, self.workdir, leaf, tag, argv, fds)
             ledger.update(res, ident=str(running.proc.pid), start=_start_time(running.proc.pid))
         running.on_reaped = lambda: ledger.forget(res)
         return running
 
-    def confined_argv(self, req: ExecRequest) -> list[str]:
+    def confined_argv(self, req: ExecRequest, seccomp_fd: int | None = None) -> list[str]:
         """The argv that runs `req`: inside the confinement (the request's devices granted only
-        if the user named them with --destroy-data), or as it is without one."""
+        if the user named them with --destroy-data), or as it is without one. `seccomp_fd`: the
+        unix-socket filter a filtered confinement needs (socketfilter.program_fd())."""
         if self.confinement is None or not req.confined:
             return list(req.argv)
         for dev in req.devices:
@@ -219,7 +232,7 @@ class HostExecutor(Executor):
                 raise RefusedError(f"{dev}: a process may write a block device iolab did not make only when the "
                                    f"user names it with --destroy-data {dev}")
         confinement = replace(self.confinement, share_net=True) if req.network else self.confinement
-        return confinement.argv(req.argv, cwd=str(self.workdir), extra_devices=req.devices)
+        return confinement.argv(req.argv, cwd=str(self.workdir), extra_devices=req.devices, seccomp_fd=seccomp_fd)
 
     def close(self) -> None:
         if not self._owns_workdir:
@@ -230,10 +243,11 @@ class HostExecutor(Executor):
             self._dir_res = None
 
 
-def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str, argv: list[str]) -> _HostRunning:
+def _started(req: ExecRequest, workdir: Path, leaf: SpawnCgroup, tag: str, argv: list[str],
+             pass_fds: tuple[int, ...] = ()) -> _HostRunning:
     """Popen in the leaf made just before; a Popen that fails leaves no leaf behind."""
     try:
-        return _HostRunning(req, workdir, leaf, tag, argv)
+        return _HostRunning(req, workdir, leaf, tag, argv, pass_fds)
     except BaseException:
         leaf.remove()
         raise

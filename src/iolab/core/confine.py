@@ -9,10 +9,8 @@ process that does a trial's I/O runs in a private mount namespace where
 * the root filesystem is read-only (a symlink to /etc/passwd or to a file elsewhere on the
   root disk points at something that cannot be written);
 * only what the trial may write is mounted writable at its own path: the executor's work
-  dir, the trial's scratch directory or the user's host directory (`writable`);
-* inside a writable directory, what existed before iolab began (`protected`) is bound
-  read-only over itself: it can be neither written nor removed nor renamed over (a mount
-  point is busy), unless the user named it with --destroy-data;
+  dir and the directory, mount or image iolab made for the trial (`writable`; in a user's
+  host directory, a directory iolab made inside it: nothing that was there is writable);
 * /dev is private: the standard character devices (null, zero, full, random, urandom, tty)
   plus only the devices this trial may use (`devices`: the loop device iolab made for it, a
   device the user named with --destroy-data, /dev/kvm for QEMU). A symlink to /dev/vda then
@@ -21,6 +19,9 @@ process that does a trial's I/O runs in a private mount namespace where
 * /proc is the process's own (a private pid namespace) and read-only whole (uid 0 without
   capabilities could still write the root-owned sysctls in /proc/sys), /sys is read-only (so
   no process can leave its cgroup), IPC, UTS and, by default, network namespaces are private;
+* no unix-domain socket can be made (a seccomp filter, core/socketfilter.py): a read-only
+  root still lets a process connect() to any socket file on the host, and as uid 0 every
+  one of them answers;
 * the capabilities are only those that reading and writing the allowed files needs
   (DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER), under no_new_privs: no mount, no mknod, no raw
   I/O, no real-time I/O priority or negative nice (CAP_SYS_NICE), no way to gain more by exec.
@@ -41,13 +42,15 @@ as an unprivileged user, with the network shared (`Confinement.own_dir_only`): t
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from iolab.core.errors import CapabilityMissing, RefusedError
+from iolab.core import socketfilter
+from iolab.core.errors import CapabilityMissing
 
 BWRAP = "bwrap"
 SETPRIV = "setpriv"
@@ -55,7 +58,6 @@ SETPRIV = "setpriv"
 # (DAC_OVERRIDE, DAC_READ_SEARCH) and fio's own files (FOWNER: utimes, fallocate modes).
 FILE_CAPS = ("CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER")
 SHM_BYTES = 256 << 20  # the private /dev/shm (tmpfs, charged to the trial's memory limit)
-MAX_PROTECTED = 4096  # pre-existing entries of a host directory bound read-only, one mount each
 NOBODY = 65534
 
 
@@ -64,8 +66,6 @@ class Confinement:
     """What the confined processes of one executor may write; everything else is read-only or absent.
 
     writable:  directories (or files) bound read-write at their own path
-    protected: entries inside writable directories bound read-only over themselves (what a
-               host directory held before iolab began)
     devices:   device nodes bound into the private /dev at their real path (block devices
                iolab made or the user named with --destroy-data; /dev/kvm for QEMU)
     hidden:    directories replaced by an empty read-only tmpfs (a home, secrets)
@@ -74,16 +74,18 @@ class Confinement:
     private_pids: a pid namespace of its own (its /proc shows only itself); off for QEMU,
                whose host pid probes attach to
     user:      (uid, gid) to run as, with every capability dropped (own_dir_only)
+    unix_sockets: may make unix-domain sockets (QEMU's monitor, a fleet client dialling its
+               servers' sockets); a trial may not (core/socketfilter.py: the kernel refuses)
     """
 
     writable: tuple[str, ...] = ()
-    protected: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
     share_net: bool = False
     private_pids: bool = True
     user: tuple[int, int] | None = None
     caps: tuple[str, ...] = FILE_CAPS
+    unix_sockets: bool = False
     notes: tuple[str, ...] = field(default=(), compare=False)  # for the plan: why a path is writable
 
     # -- building ---------------------------------------------------------------------------------
@@ -99,7 +101,7 @@ class Confinement:
         (uid, gid) (os.chown) and reachable (its parents searchable by others: not under a
         0700 directory such as a pytest tmp dir)."""
         return cls(writable=(directory,) if directory else (), hidden=tuple(h for h in hidden if os.path.isdir(h)),
-                   share_net=True, user=(uid, gid), caps=())
+                   share_net=True, user=(uid, gid), caps=(), unix_sockets=True)
 
     def with_writable(self, *paths: str) -> Confinement:
         return replace(self, writable=_unique(self.writable + tuple(paths)))
@@ -107,15 +109,20 @@ class Confinement:
     def with_devices(self, *paths: str) -> Confinement:
         return replace(self, devices=_unique(self.devices + tuple(paths)))
 
-    def with_protected(self, *paths: str) -> Confinement:
-        return replace(self, protected=_unique(self.protected + tuple(paths)))
-
     # -- running ----------------------------------------------------------------------------------
+    @property
+    def filtered(self) -> bool:
+        """Whether its processes run under the unix-socket filter (argv then needs its fd)."""
+        return not self.unix_sockets and socketfilter.available()
+
     def argv(self, command: Sequence[str], cwd: str | None = None, extra_devices: Iterable[str] = (),
-             info_fd: int | None = None) -> list[str]:
+             info_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
         """`command` inside the confinement: bwrap's arguments, then (as a user) setpriv's.
         `info_fd`: bwrap writes {"child-pid": N} there, the host pid of the command (without a
-        private pid namespace; bwrap itself is its parent)."""
+        private pid namespace; bwrap itself is its parent). `seccomp_fd`: the unix-socket filter
+        (socketfilter.program_fd(), passed to the child), required when `filtered`."""
+        if self.filtered and seccomp_fd is None:
+            raise ValueError("this confinement refuses unix sockets: pass socketfilter.program_fd() as seccomp_fd")
         bwrap = shutil.which(BWRAP)
         if not bwrap:
             raise CapabilityMissing("bwrap (bubblewrap) not found: iolab confines every trial's processes with it. "
@@ -141,6 +148,8 @@ class Confinement:
             args += ["--chdir", cwd]
         if info_fd is not None:
             args += ["--info-fd", str(info_fd)]
+        if self.filtered:
+            args += ["--seccomp", str(seccomp_fd)]
         args += ["--cap-drop", "ALL"]
         keep = list(self.caps) + (["CAP_SETUID", "CAP_SETGID"] if self.user else [])
         for cap in keep:
@@ -156,68 +165,38 @@ class Confinement:
         return args + list(command)
 
     def _binds(self) -> list[str]:
-        """Writable binds, then protected entries over them, then writable carve-outs inside
-        those (a work dir under a protected directory): each mount after the ones it sits in."""
-        mounts: list[tuple[int, int, str, str]] = []
-        for i, p in enumerate(self.writable):
-            mounts.append((_depth(p), i, "--bind", p))
-        for i, p in enumerate(self.protected):
-            mounts.append((_depth(p), len(self.writable) + i, "--ro-bind-try", p))
+        """Writable binds, the shallower first: a writable path inside another is mounted after it."""
         out: list[str] = []
-        for mount in sorted(mounts):
-            out += [mount[2], mount[3], mount[3]]
+        for _, _, p in sorted((_depth(p), i, p) for i, p in enumerate(self.writable)):
+            out += ["--bind", p, p]
         return out
 
     # -- the plan ---------------------------------------------------------------------------------
     def describe(self) -> list[str]:
         """What the confined processes can write, for --dry-run and the manifest."""
         lines = [f"can write {p}" for p in self.writable]
-        if self.protected:
-            n = len(self.protected)
-            lines.append(f"cannot write or remove the {n} entr{'y' if n == 1 else 'ies'} that were there before "
-                         "(bound read-only)")
         block = [d for d in self.devices if _is_block(d)]
         lines += [f"can write the block device {d}" for d in block]
         other = [d for d in self.devices if d not in block]
         if other:
             lines.append(f"sees the devices {', '.join(other)}")
         lines.append("everything else read-only; /dev holds only null, zero, full, random, urandom, tty"
-                     + ("" if self.share_net else "; no network"))
+                     + ("" if self.share_net else "; no network")
+                     + ("; no unix sockets" if self.filtered else
+                        "" if self.unix_sockets else f"; unix sockets not filtered ({platform.machine()})"))
         return lines + list(self.notes)
 
     def manifest(self) -> dict[str, object]:
-        return {"tool": BWRAP, "writable": list(self.writable), "protected": len(self.protected),
+        return {"tool": BWRAP, "writable": list(self.writable),
                 "devices": list(self.devices), "network": "host" if self.share_net else "none",
-                "user": list(self.user) if self.user else None, "capabilities": list(self.caps)}
+                "user": list(self.user) if self.user else None, "capabilities": list(self.caps),
+                "unix_sockets": "allowed" if self.unix_sockets else "refused" if self.filtered else "not filtered"}
 
 
 def returncode(status: int) -> int:
     """A confined command's status as subprocess gives an unconfined one: bwrap reports a command
     killed by signal N as exit status 128+N (the shell's convention); this says -N."""
     return -(status - 128) if 128 < status <= 128 + 64 else status
-
-
-def preexisting(directory: str, allowed: Callable[[str], bool] = lambda _path: False) -> tuple[str, ...]:
-    """The entries of `directory` (not recursive: a subdirectory is bound read-only whole) that
-    must stay as they are: every one, except those `allowed` says the user named
-    (--destroy-data) and symlinks, which cannot be mounted over (what they point at is itself
-    read-only or absent inside).
-
-    Raises RefusedError above MAX_PROTECTED entries (one mount each): name an emptier directory."""
-    out = []
-    with os.scandir(directory) as it:
-        for entry in it:
-            if entry.is_symlink():
-                continue
-            path = os.path.join(directory, entry.name)
-            if entry.is_file(follow_symlinks=False) and allowed(path):
-                continue
-            out.append(path)
-            if len(out) > MAX_PROTECTED:
-                raise RefusedError(f"{directory} holds more than {MAX_PROTECTED} entries: iolab keeps each one "
-                                   "read-only during the study (one mount each). Name an emptier directory, or a "
-                                   "new subdirectory of it")
-    return tuple(sorted(out))
 
 
 def _unique(items: tuple[str, ...]) -> tuple[str, ...]:

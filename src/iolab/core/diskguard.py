@@ -29,9 +29,6 @@ MAX_PATH = 4096
 
 # Device numbers the user allowed to be overwritten (--destroy-data).
 _DESTROY_ALLOWED: set[tuple[int, int]] = set()
-# Regular files (st_dev, st_ino) the user allowed to be overwritten (--destroy-data FILE): a
-# file in a host directory that existed before the study is otherwise kept read-only.
-_DESTROY_FILES: set[tuple[int, int]] = set()
 
 
 @dataclass(frozen=True)
@@ -100,16 +97,9 @@ def check_free(value: str) -> BlockNode:
 
 
 def allow_destroy(values: Iterable[str]) -> None:
-    """--destroy-data: each value must name a block device (allowed by its number) or a regular
-    file (allowed by its inode: a file that was in a host directory before the study)."""
+    """--destroy-data: each value must name a block device (allowed by its number). A file is
+    never needed: iolab writes a host directory's files only in a directory it makes there."""
     for v in values:
-        try:
-            st = os.stat(v) if isinstance(v, str) and v and "\0" not in v else None
-        except OSError:
-            st = None
-        if st is not None and stat.S_ISREG(st.st_mode):
-            _DESTROY_FILES.add((st.st_dev, st.st_ino))
-            continue
         try:
             _DESTROY_ALLOWED.add(block_device(v).rdev)
         except ValueError as exc:
@@ -117,13 +107,11 @@ def allow_destroy(values: Iterable[str]) -> None:
 
 
 def destroy_allowed(path: str) -> bool:
-    """Did the user name this block device or regular file (any path to it) with --destroy-data?"""
+    """Did the user name this block device (any path to it) with --destroy-data?"""
     try:
         st = os.stat(path)
     except OSError:
         return False
-    if stat.S_ISREG(st.st_mode):
-        return (st.st_dev, st.st_ino) in _DESTROY_FILES
     return stat.S_ISBLK(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) in _DESTROY_ALLOWED
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 # where not needed), so a checked value means the same to fio as to iolab.
 NUM = "num"            # numbers, sizes, times, ranges, lists, choices spelled as words: [A-Za-z0-9_.,:/%+-]
 TEXT = "text"          # free text fio only prints (description): printable ASCII, inner spaces
-PATTERN = "pattern"    # data patterns (buffer_pattern, verify_pattern): fio's grammar without its file form (sandbox._PATTERN)
+PATTERN = "pattern"    # buffer_pattern, verify_pattern: fio's grammar without its file form (sandbox._PATTERN)
 CHOICE = "choice"      # one of `choices`, optionally followed by `:` and a NUM when `suffix` is set
 JOBNAME = "jobname"    # a job name (name=, wait_for=): the same rule as a [section] name
 PATH_LIST = "paths"    # ':'-separated file or directory names: each must stay in the sandbox

@@ -35,8 +35,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from iolab.core import diskguard
-
 if TYPE_CHECKING:  # fio_sandbox imports this module: the types only, to keep one direction
     from iolab.fio.sandbox import JobFile, Option
 
@@ -201,12 +199,10 @@ def _count(opt: Option | None, default: int) -> int:
 _LOG_OPTIONS = ("opendir", "write_iolog", "write_bw_log", "write_lat_log", "write_iops_log", "write_hist_log")
 
 
-def problems(job: JobFile, roots: Sequence[str], workdir: str, base_directory: str | None,
-             before_study: bool = False) -> list[tuple[str, int, str]]:
-    """(option, line, why) for every path fio would open outside `roots` (symlinks followed), a
-    symbolic link or a non-regular file at a name fio generates, and, `before_study` (the spec is
-    being read: nothing of iolab's is there yet), a file that exists at a name fio writes and was
-    not named with --destroy-data: iolab never overwrites what it did not create."""
+def problems(job: JobFile, roots: Sequence[str], workdir: str,
+             base_directory: str | None) -> list[tuple[str, int, str]]:
+    """(option, line, why) for every path fio would open outside `roots` (symlinks followed), and
+    a symbolic link or a non-regular file at a name fio generates."""
     real_roots = [os.path.realpath(r) for r in roots]
 
     def inside(path: str) -> bool:
@@ -225,11 +221,6 @@ def problems(job: JobFile, roots: Sequence[str], workdir: str, base_directory: s
         if not inside(n.path):
             out.append((n.option, n.line, f"'{n.path}' resolves to '{os.path.realpath(n.path)}', outside the "
                                           f"directories iolab gives the job ({where})"))
-        elif before_study and n.option == "filename" and os.path.lexists(n.path) \
-                and not (os.path.isfile(n.path) and diskguard.destroy_allowed(n.path)):
-            out.append((n.option, n.line, f"'{n.path}' is already there ({describe_existing(n.path)}): iolab never "
-                                          "overwrites what it did not create. Remove it, or pass --destroy-data "
-                                          f"{n.path}"))
     for g in generated:
         if not inside(g.directory):
             out.append((g.option, g.line, f"'{g.directory}' resolves to '{os.path.realpath(g.directory)}', outside "
@@ -237,12 +228,9 @@ def problems(job: JobFile, roots: Sequence[str], workdir: str, base_directory: s
             continue
         for path in existing_matches(g):
             what = describe_existing(path)
-            regular = what == "a file"
-            if regular and (not before_study or diskguard.destroy_allowed(path)):
+            if what == "a file":
                 continue
             out.append((g.option, g.line, f"fio would open '{path}' (job [{g.jobname}], format '{g.fmt}'), and it "
-                                          f"is already there: {what}. iolab never "
-                                          + ("follows a link or opens a non-regular file at a name fio generates"
-                                             if not regular else "overwrites what it did not create")
-                                          + f". Remove it{', or pass --destroy-data ' + path if regular else ''}"))
+                                          f"is already there: {what}. iolab never follows a link or opens a "
+                                          "non-regular file at a name fio generates. Remove it"))
     return out

@@ -304,15 +304,14 @@ def _line(name: str, value: str | None) -> str:
 
 # -- the path rule --------------------------------------------------------------------------------
 def check_paths(job: JobFile, roots: Sequence[str] | None = None, workdir: str | None = None,
-                base_directory: str | None = None, before_study: bool = False) -> list[str]:
+                base_directory: str | None = None) -> list[str]:
     """Absolute names must be a guarded block device (or /dev/null, /dev/zero); returns the devices.
 
     With `roots` (on the host): every path fio will open, computed as fio computes it
     (`fio_names`: the directory prefix, default and generated names for every clone and file
     number), resolved with symlinks, must be inside one of the roots; a link or a non-regular
-    file at a generated name is refused, and `before_study` also a file already there that the
-    user did not name with --destroy-data. The confinement (core/confine.py) holds the same
-    line whatever this check misses.
+    file at a generated name is refused. The confinement (core/confine.py) holds the same line
+    whatever this check misses.
     """
     devices: list[str] = []
     for s in job.sections:
@@ -323,7 +322,7 @@ def check_paths(job: JobFile, roots: Sequence[str] | None = None, workdir: str |
                 if name.startswith("/"):
                     devices += _device(job.source, opt, name)
     if roots is not None and workdir is not None:
-        for option, line, why in fio_names.problems(job, roots, workdir, base_directory, before_study):
+        for option, line, why in fio_names.problems(job, roots, workdir, base_directory):
             raise JobFileRefused(job.source, line, f"fio option {option}: {why}")
     return sorted(set(devices))
 

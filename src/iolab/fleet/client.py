@@ -128,7 +128,7 @@ def client_confinement(programs: tuple[str, ...] = ()) -> Confinement:
         if os.path.isdir(real) and not any(under(real, h) for h in hidden) \
                 and not any(under(p, real) for p in needed):
             hidden.append(real)
-    return Confinement(hidden=tuple(hidden), share_net=True,
+    return Confinement(hidden=tuple(hidden), share_net=True, unix_sockets=True,  # a server may be a socket path
                        caps=("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH"))
 
 

@@ -1,12 +1,14 @@
 """Host directory target: the workload does I/O on files in a directory of the host.
 
-Without a directory, iolab makes a scratch one and removes it afterwards. A given
-directory is never removed, and what it held before the study stays as it was: every
-entry there at set-up is bound read-only over itself in the trials' confinement
-(core/confine.py), so it can be neither written nor removed, whatever name a job file
-reaches it by, unless the user named that file with --destroy-data. A system directory
-(`/`, /etc, /usr, /proc, ..., anything on a pseudo filesystem) is refused when the spec is
-read (core.inputs.system_directory_problem).
+Every trial's files live in a directory iolab makes for the study and removes afterwards:
+under the scratch dir when no directory is named, else *inside* the directory the user named
+(`<directory>/iolab-o<owner>-host-<id>`, on the filesystem under test). The confinement
+(core/confine.py) makes only that new directory writable, so nothing a job file or a spec
+asks for can create, change or remove a name anywhere else: not a file that was in the user's
+directory, and not a new one either (a spec naming ~/.ssh cannot leave an authorized_keys
+there; it could only write inside iolab's own subdirectory, which goes with the study). A
+system directory (`/`, /etc, /usr, /proc, ..., anything on a pseudo filesystem) is refused
+when the spec is read (core.inputs.system_directory_problem).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from pydantic import Field, field_validator
 
 import iolab.core.cleaners  # noqa: F401
 from iolab.cgroups.executor import HostExecutor
-from iolab.core import diskguard, owner, paths, sizing
-from iolab.core.confine import Confinement, preexisting
+from iolab.core import owner, paths, sizing
+from iolab.core.confine import Confinement
 from iolab.core.inputs import path_problem, system_directory_problem
 from iolab.core.resources import Ledger, Resource
 from iolab.targets import blockinfo
@@ -61,45 +63,44 @@ class HostDirTarget(Target):
 
     @classmethod
     def offer(cls, params: TargetParams) -> TargetOffer:
-        """A directory on the host: the user's, or a scratch one made at setup; its free space
-        and inodes now (what a workload's files can use, as far as known before the run)."""
+        """A directory on the host, made at setup (in the user's directory, or in the scratch dir);
+        the free space and inodes of where it will be, now (as far as known before the run)."""
         assert isinstance(params, HostDirParams)
         where = Path(params.directory) if params.directory else paths.scratch_dir()
         free, inodes = _room(where)
         return TargetOffer(
             kind=cls.kind, where="host", storage=frozenset({"directory"}), filesystem=_fstype(str(where)),
-            directory=params.directory, capacity=free, inodes=inodes, capabilities=HOST_CAPABILITIES,
-            writable=(str(where),),
+            directory=None, capacity=free, inodes=inodes, capabilities=HOST_CAPABILITIES,
+            writable=(str(where / owner.tag("host", "*")),),
             settings=f"directory = {params.directory!r}" if params.directory else f"a scratch directory in {where}",
             remedies={"capacity": "give it a directory on a larger filesystem"
                                   + ("" if params.directory else " (directory = ..., or IOLAB_SCRATCH)")})
 
     def describe(self) -> list[str]:
         d = self.params.directory
+        where = d if d else str(paths.scratch_dir())
+        lines = [f"makes a directory of its own in {where} ({owner.tag('host', '…')}), where every trial's "
+                 "files go, and removes it afterwards",
+                 "each trial's processes can write only that directory and iolab's work dir (confined: "
+                 "core/confine.py)"]
         if d:
-            return [f"writes and removes its own files in {d}; what is there now stays read-only "
-                    f"({_entries(d)}; a file named with --destroy-data excepted)",
-                    f"each trial's processes can write only new files in {d} and iolab's work dir "
-                    "(confined: core/confine.py)"]
-        return [f"creates a scratch directory under {paths.scratch_dir()} and removes it afterwards",
-                "each trial's processes can write only that directory and iolab's work dir "
-                "(confined: core/confine.py)"]
+            lines.append(f"nothing else in {d} can be written, removed or added ({_entries(d)} there now)")
+        return lines
 
     def setup(self) -> Placement:
-        directory = self.params.directory
-        if directory is None:
-            paths.scratch_dir().mkdir(parents=True, exist_ok=True)
-            d = paths.scratch_dir() / owner.tag("host", uuid.uuid4().hex[:8])  # whose it is, for clean --all
-            with self.ledger.creating("dir", str(d), recursive=True) as made:
-                d.mkdir()
-            self.made = made
-            directory = str(d)
-        protected = preexisting(directory, diskguard.destroy_allowed) if self.params.directory else ()
-        confinement = Confinement(writable=(directory,), protected=protected)
+        base = Path(self.params.directory) if self.params.directory else paths.scratch_dir()
+        if self.params.directory is None:
+            base.mkdir(parents=True, exist_ok=True)
+        d = base / owner.tag("host", uuid.uuid4().hex[:8])  # whose it is, for clean --all
+        with self.ledger.creating("dir", str(d), recursive=True) as made:
+            d.mkdir()
+        self.made = made
+        directory = str(d)
+        confinement = Confinement(writable=(directory,))
         self.executor = HostExecutor(paths.scratch_dir(), self.ledger, confinement=confinement)
         dev = blockinfo.device_of_path(directory)
-        manifest: dict[str, Any] = {"target": "host", "directory": directory, "filesystem": _fstype(directory),
-                                    "confinement": confinement.manifest()}
+        manifest: dict[str, Any] = {"target": "host", "directory": directory, "in": str(base),
+                                    "filesystem": _fstype(directory), "confinement": confinement.manifest()}
         if dev:
             manifest["queue"] = blockinfo.queue_settings(dev)
         return Placement(executor=self.executor, directory=directory, host_device=dev, manifest=manifest)

@@ -226,12 +226,13 @@ def confinement(spec: VmSpec, files: RunFiles) -> Confinement:
     """Where QEMU runs (core/confine.py): it can write only its image and its run directory, sees
     no other image of the scratch dir (an empty tmpfs hides it, its own image bound back in), and
     under KVM /dev/kvm besides the standard devices. It keeps the host's network (user
-    networking forwards host ports) and pid namespace (probes attach to its host pid)."""
+    networking forwards host ports) and pid namespace (probes attach to its host pid), and may make
+    unix sockets: its monitor (QMP) is one."""
     writable = [str(files.directory)] + ([str(spec.image)] if spec.image is not None else [])
     scratch = str(paths.scratch_dir())
     hidden = (scratch,) if os.path.isdir(scratch) and not str(files.directory).startswith(scratch + "/") else ()
     return Confinement(writable=tuple(writable), devices=("/dev/kvm",) if spec.accel == "kvm" else (),
-                       hidden=hidden, share_net=True, private_pids=False)
+                       hidden=hidden, share_net=True, private_pids=False, unix_sockets=True)  # its QMP socket
 
 
 def qemu_system() -> str:

@@ -13,7 +13,6 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from iolab.cgroups.trial import mem_available
-from iolab.core import diskguard
 from iolab.core.errors import TrialFailed
 from iolab.core.exec import ExecRequest
 from iolab.core.metrics import Metric, MetricSet
@@ -165,26 +164,15 @@ class FioWorkload(Workload):
 
 
 def own_data_file(p: FioParams, offer: TargetOffer) -> str | None:
-    """Why this fio workload cannot run on `offer`, or None. On the host its I/O buffers must
-    fit in the memory a trial may use; in a host directory the user named (which may hold
-    links and files of theirs), iolab's data file must be iolab's: a link there (to a disk, to a
-    file of the system) or a file the user did not name with --destroy-data is an input error.
-    (The confinement keeps both unwritten anyway: core/confine.py.)"""
+    """Why this fio workload cannot run on `offer`, or None: on the host its I/O buffers must fit
+    in the memory a trial may use. (Its data file is always in a directory iolab made for the
+    study, even in a host directory the user named: targets/hostdir.py.)"""
     if offer.where != "host":
         return None
     need, have = fio_bounds.buffer_bytes(p.bs, p.iodepth, p.numjobs), mem_available()
     if have and need > fio_bounds.MEMORY_SHARE * have:
         return (f"bs x iodepth x numjobs = {format_size(need)} of I/O buffers; this machine has "
                 f"{format_size(have)} available, and a trial may use {fio_bounds.MEMORY_SHARE:.0%} of it")
-    if not offer.directory:
-        return None
-    path = os.path.join(offer.directory, DATA_FILE)
-    if os.path.islink(path):
-        return (f"{path} is a symbolic link (to {os.readlink(path)}): iolab writes its data file "
-                "there and never follows a link it did not make. Remove it")
-    if os.path.lexists(path) and not (os.path.isfile(path) and diskguard.destroy_allowed(path)):
-        return (f"{path} is already there: iolab never overwrites what it did not create. Remove it, "
-                f"or pass --destroy-data {path} to let this study overwrite it")
     return None
 
 

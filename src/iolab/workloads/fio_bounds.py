@@ -72,11 +72,18 @@ def check(job: JobFile, available_memory: int) -> None:
         _check_priority(job, eff)
 
 
+# Engines whose jobs put no data in files: `size` is how much I/O they pretend or count, not bytes laid out.
+NO_DATA_ENGINES = frozenset({"null", "cpuio", "filecreate", "filestat"})
+
+
 def check_space(job: JobFile, free_bytes: int, size_cap: int | None = None) -> None:
     """JobFileRefused when the files the jobs lay out (numjobs x max(size, nrfiles x filesize),
     each capped by the workload's max_size) would not fit in `free_bytes` of the directory."""
     total = 0
     for section, eff in job.jobs():
+        engine = eff["ioengine"].value if "ioengine" in eff else None
+        if engine in NO_DATA_ENGINES:
+            continue
         size = max(_largest(eff["size"].value) if "size" in eff else 0,
                    _largest(eff["filesize"].value) * _int(eff.get("nrfiles"), 1) if "filesize" in eff else 0)
         if size_cap is not None:

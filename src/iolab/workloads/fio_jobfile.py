@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from iolab.cgroups.trial import mem_available
-from iolab.core import paths, sizing
 from iolab.core.errors import TrialFailed
 from iolab.core.metrics import Metric, MetricSet
 from iolab.core.units import parse_size, positive_duration
@@ -88,13 +86,6 @@ def _time_based(text: str, source: str = "job file") -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=32)
-def _check_in_directory(text: str, source: str, directory: str) -> None:
-    """check_paths in a host target's directory before the study, once per text and directory."""
-    work = str(paths.scratch_dir() / "iolab-work")
-    fio_sandbox.check_paths(check_job_text(text, source), [directory, work], work, directory, before_study=True)
-
-
 class FioJobFileParams(WorkloadParams):
     kind: Literal["fio-jobfile"] = "fio-jobfile"
     job_file: str = Field(description="where the job came from (for messages and the manifest)")
@@ -146,25 +137,21 @@ class FioJobFileWorkload(Workload):
 
     @classmethod
     def needs(cls, workload: dict[str, Any]) -> Needs:
-        """fio where it runs; the job's files land in the target's directory, else in iolab's work
-        dir. In a directory the user named on the host (which may hold symlinks and files of the
-        user's), every name fio will open is resolved at spec time too: a link pointing out, a
-        link at a generated name, or a file already there that the user did not name with
-        --destroy-data is an input error; so are files that would not fit in its free space."""
+        """fio where it runs; the job's files land in the target's directory (on the host always
+        one iolab makes for the study: nothing of the user's is in it), else in iolab's work dir.
+        On the host the files must fit in the free space of the directory the target offers."""
         p = FioJobFileParams(**workload)
 
-        def names_stay_inside(offer: TargetOffer) -> str | None:
-            if offer.where != "host" or not offer.directory:
-                return None  # iolab's fresh scratch dir or mount: nothing in it yet, the lexical check holds
+        def fits(offer: TargetOffer) -> str | None:
+            if offer.where != "host" or "directory" not in offer.storage or offer.capacity is None:
+                return None
             try:
-                _check_in_directory(p.job_text, p.job_file, offer.directory)
-                free = offer.capacity if offer.capacity is not None else sizing.free_bytes(Path(offer.directory))
-                fio_bounds.check_space(parsed(p.job_text, p.job_file), free, p.max_size)
+                fio_bounds.check_space(parsed(p.job_text, p.job_file), offer.capacity, p.max_size)
             except fio_sandbox.JobFileRefused as exc:
                 return str(exc)
             return None
 
-        return Needs(apps=frozenset({"fio"}), check=names_stay_inside)
+        return Needs(apps=frozenset({"fio"}), check=fits)
 
     def touches(self) -> list[str]:
         """What the job writes besides its own files (for --dry-run): guarded block devices."""
