@@ -31,6 +31,12 @@ def clean_everything(sweep: bool = False) -> tuple[list[str], list[str]]:
         c2, e2 = sweep_tagged()
         cleaned += c2
         errors += e2
+        if not e2:  # every dead owner's tagged things are gone: an unreadable ledger has nothing left to say
+            for f in resources.ledger_files():
+                if resources.unreadable_ledger(f) is not None and not resources.owner_alive(f):
+                    f.unlink(missing_ok=True)
+                    cleaned.append(f"the unreadable ledger {f} (its owner's things were found by their tag)")
+                    errors = [e for e in errors if str(f) not in e]
     return cleaned, errors
 
 

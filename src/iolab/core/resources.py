@@ -248,8 +248,20 @@ class Ledger:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([asdict(r) for r in self._items], indent=1))
+        with open(tmp, "w") as f:  # on disk before the rename: a host crash must not leave an empty ledger
+            f.write(json.dumps([asdict(r) for r in self._items], indent=1))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        _fsync_dir(self.dir)
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _clean_one(res: Resource) -> None:
@@ -306,11 +318,25 @@ def _boot_time() -> float:
 
 
 def read_ledger(path: Path) -> list[Resource]:
+    """The ledger's entries; none when it cannot be read (unreadable_ledger says why)."""
+    return _read(path)[0]
+
+
+def unreadable_ledger(path: Path) -> str | None:
+    """Why `path` is not a ledger iolab can undo (empty, cut short, not JSON), or None."""
+    return _read(path)[1]
+
+
+def _read(path: Path) -> tuple[list[Resource], str | None]:
     try:
         data = json.loads(path.read_text())
-        return [Resource.from_json(r) for r in data if isinstance(r, dict) and "kind" in r]
-    except (OSError, ValueError, TypeError, KeyError):
-        return []
+        if not isinstance(data, list):
+            return [], "not a list of entries"
+        return [Resource.from_json(r) for r in data if isinstance(r, dict) and "kind" in r], None
+    except OSError as exc:
+        return [], exc.strerror or str(exc)
+    except (ValueError, TypeError, KeyError) as exc:
+        return [], "empty" if path.exists() and path.stat().st_size == 0 else f"cut short or not JSON ({exc})"
 
 
 def ledger_files(directory: Path | None = None) -> list[Path]:
@@ -346,6 +372,12 @@ def clean_orphans(directory: Path | None = None) -> tuple[list[str], list[str]]:
                     cleaned += fn(dead)
                 except Exception as exc:
                     errors.append(f"processes of {dead.token}: {exc}")
+        why = unreadable_ledger(f)
+        if why is not None:  # kept: the only trace that something may be left; clean --all sweeps by tag
+            errors.append(f"what {dead.token if dead else f.stem} made: its ledger {f} is unreadable ({why}: cut "
+                          "short by a crash or a full disk?), so it cannot be undone from it. `iolab clean --all` "
+                          "finds what that owner made by its tag, then removes the ledger")
+            continue
         items.sort(key=_order)
         failed: list[Resource] = []
         for res in items:
