@@ -242,6 +242,9 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
             for line in runner.dry_run_lines():
                 click.echo(line)
             return
+    else:  # every target's preflight (a disk that holds data, ...) before anything is created, the store too
+        Runner(spec, None, err, before_group=hook).instantiate()  # type: ignore[arg-type]  # a plan: no store
+    _clean_dead_runs()
     store = _store(db)
     runner = Runner(spec, store, err, before_group=hook,
                     budget=Budget(seconds, verdict_source(store, verdicts) if verdicts else None,
@@ -262,6 +265,22 @@ def _execute(spec: Any, db: str | None, dry_run: bool, output: Path | None,
         raise IolabError(problem)
     if status == "failed":
         raise IolabError(f"run {run_id} failed: no trial succeeded (see `iolab report {run_id}`)")
+
+
+def _clean_dead_runs() -> None:
+    """What dead runs of this data dir left (a helper still doing O_SYNC writes after a kill -9, a
+    loop device, a mount, cgroups) would share the machine with this run's trials, a resumed run's
+    above all: undone first, exactly as `iolab clean` would (only owners that are dead)."""
+    from iolab.core import resources
+
+    if not resources.orphaned():
+        return
+    cleaned, errors = resources.clean_orphans()
+    if cleaned:
+        err.print(f"first undid what dead iolab runs left in this data dir, as `iolab clean` does: "
+                  f"{escape(', '.join(cleaned[:4]))}" + (f" and {len(cleaned) - 4} more" if len(cleaned) > 4 else ""))
+    for e in errors:
+        err.print(f"[yellow]warning:[/yellow] {escape(e)}")
 
 
 def _check_budget_affords_minimum(budget: float, minimum_s: float, minimum: str) -> None:

@@ -56,7 +56,7 @@ def test_device_with_ext4_is_refused_and_left_intact(lab: Lab, ext4_loop: str) -
     assert f"--destroy-data {ext4_loop}" in msg, "the message should say how to override"
     assert _blkid_type(ext4_loop) == "ext4", "the filesystem must be intact"
     assert subprocess.run(["fsck.ext4", "-n", ext4_loop], capture_output=True).returncode == 0
-    assert lab.run_rows() == []
+    assert lab.run_rows() == [] and not lab.db.exists(), "refused before anything was created, the store too"
     # also refused in --dry-run: the guard runs before the plan is shown
     r = lab.iolab("run", spec, "--dry-run")
     assert r.returncode == 2 and ext4_loop in one_line(r.stderr)

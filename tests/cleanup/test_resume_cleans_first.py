@@ -1,0 +1,61 @@
+"""`iolab run --resume` right after a kill -9, without `iolab clean`: what the dead run left (its
+fio still writing, its loop device, mount and cgroups) must not share the machine with the trials
+being measured. The run undoes the dead owner's ledger first, says so, and then measures. On the
+code before, the killed run's fio kept writing and its loop device stood while the resumed
+trials ran.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from tests.core import owned
+from tests.core.helpers import IOLAB, Lab, fio_workload, needs_fio, needs_root, study_table
+
+pytestmark = [needs_root, needs_fio]
+
+
+def test_a_resumed_run_first_undoes_what_the_killed_one_left(lab: Lab) -> None:
+    spec = lab.spec(study_table("resume-clean", repetitions=2, max_repetitions=2)
+                    + '[target]\nkind = "loop"\nsize = "64M"\nfilesystem = "ext4"\n'
+                    + fio_workload(rw="randwrite", runtime=6, size="16M"))
+    proc = subprocess.Popen([str(IOLAB), "run", str(spec)], env=lab.env, cwd=lab.root, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    token = owned.token_of(proc.pid)
+    ledger = lab.ledger_dir / f"{token}.json"
+    deadline = time.monotonic() + 120
+    fio_since: float | None = None
+    while time.monotonic() < deadline and proc.poll() is None:  # until a trial's fio has run for 2 s (the
+        fio = [p for p in owned.processes(token) if p.endswith(" fio")]  # 6 s job, not a short set-up fio)
+        fio_since = (fio_since or time.monotonic()) if fio else None
+        if fio_since is not None and time.monotonic() - fio_since > 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and fio_since is not None, "the run's fio never ran for 2 s"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert owned.processes(token) and owned.loops(token) and json.loads(ledger.read_text())
+
+    run_id = lab.query("SELECT id FROM runs ORDER BY created DESC LIMIT 1")[0][0]
+    resumed = subprocess.Popen([str(IOLAB), "run", "--resume", run_id], env=lab.env, cwd=lab.root,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    assert resumed.stderr is not None
+    for line in resumed.stderr:  # once the resumed run starts, nothing of the dead one may stand
+        lines.append(line)
+        if line.startswith(f"run {run_id}"):
+            assert owned.nothing(token, lab.scratch) == {}, "the killed run's leftovers beside the resumed trials"
+            break
+    _, rest = resumed.communicate(timeout=300)
+    errs = "".join(lines) + rest
+    assert resumed.returncode == 0, errs
+    said = " ".join(errs.split())
+    assert said.index("first undid what dead iolab runs left") < said.index(f"run {run_id}"), said
+    assert "loop" in said, said
+    assert owned.nothing(token, lab.scratch) == {}
+    assert not ledger.exists()
+    assert lab.report_json()["status"] == "complete"
+    lab.assert_nothing_left()
