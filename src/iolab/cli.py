@@ -416,7 +416,7 @@ def runs(db: str | None, limit: int, as_json: bool) -> None:
     try:
         for r in store.runs(limit):
             trials = store.trials(r.id)
-            items.append({"id": r.id, "study": r.study, "status": r.status,
+            items.append({"id": r.id, "study": r.study, "status": _status_now(store, r),
                           "trials_ok": sum(t.status == "ok" for t in trials), "trials": len(trials),
                           "failed": sum(t.status != "ok" for t in trials), "created": r.created,
                           "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.created)),
@@ -433,6 +433,18 @@ def runs(db: str | None, limit: int, as_json: bool) -> None:
         [i["id"], i["study"], i["status"], f"{i['trials_ok']}/{i['trials']}",
          time.strftime("%Y-%m-%d %H:%M", time.localtime(i["created"])),
          f"{i['owner_role'] or '-'}@{i['owner_host'] or '?'}"] for i in items]))
+
+
+def _status_now(store: Any, r: Any) -> str:
+    """A run's stored status, except that one stored as running whose process (on this host) is gone
+    reads "interrupted": it was killed or its machine went down; `iolab run --resume` finishes it.
+    On another host iolab cannot see the process: "running" stays."""
+    from iolab.store.base import holder_alive, this_host
+
+    if r.status != "running" or (r.owner_host and r.owner_host != this_host()):
+        return str(r.status)
+    holder = store.holder(r.id)
+    return "running" if holder is not None and holder_alive(holder) else "interrupted"
 
 
 @cli.command()

@@ -2,7 +2,8 @@
 fio still writing, its loop device, mount and cgroups) must not share the machine with the trials
 being measured. The run undoes the dead owner's ledger first, says so, and then measures. On the
 code before, the killed run's fio kept writing and its loop device stood while the resumed
-trials ran.
+trials ran. And `iolab runs` says the killed run is "interrupted" (it said "running" forever),
+and "running" again once it is resumed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def test_a_resumed_run_first_undoes_what_the_killed_one_left(lab: Lab) -> None:
     assert owned.processes(token) and owned.loops(token) and json.loads(ledger.read_text())
 
     run_id = lab.query("SELECT id FROM runs ORDER BY created DESC LIMIT 1")[0][0]
+    listed = lab.iolab("runs", "--json")
+    assert [r["status"] for r in json.loads(listed.stdout) if r["id"] == run_id] == ["interrupted"], listed.stdout
+    assert lab.run_rows() == [(run_id, "running")], "the store keeps what it knew; the listing says what is true now"
     resumed = subprocess.Popen([str(IOLAB), "run", "--resume", run_id], env=lab.env, cwd=lab.root,
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
@@ -48,6 +52,8 @@ def test_a_resumed_run_first_undoes_what_the_killed_one_left(lab: Lab) -> None:
         lines.append(line)
         if line.startswith(f"run {run_id}"):
             assert owned.nothing(token, lab.scratch) == {}, "the killed run's leftovers beside the resumed trials"
+            listed = lab.iolab("runs", "--json")
+            assert [r["status"] for r in json.loads(listed.stdout) if r["id"] == run_id] == ["running"], listed.stdout
             break
     _, rest = resumed.communicate(timeout=300)
     errs = "".join(lines) + rest

@@ -196,6 +196,11 @@ class Store(ABC):
     def release_run(self, run_id: str, owner: str) -> None:
         """Drop `owner`'s claim on `run_id` (another owner's claim stays)."""
 
+    @abstractmethod
+    def holder(self, run_id: str) -> str | None:
+        """The token of the process that claimed `run_id` last and has not released it (None: none).
+        A run stored as running whose holder is dead on this host was killed (`iolab runs`)."""
+
     # -- trials -------------------------------------------------------------------------------
     @abstractmethod
     def save_trial(self, run_id: str, r: TrialResult, raw: Any) -> None:

@@ -366,6 +366,10 @@ class PostgresStore(Store):
     def release_run(self, run_id: str, owner: str) -> None:
         self._write({"op": "release", "run_id": run_id, "at": time.time(), "owner": owner})
 
+    def holder(self, run_id: str) -> str | None:
+        found = self._read(f"SELECT claimed_by FROM {self.t}runs WHERE id=%s", (run_id,))
+        return None if not found or found[0][0] is None else str(found[0][0])
+
     # -- trials -------------------------------------------------------------------------------
     def save_trial(self, run_id: str, r: TrialResult, raw: Any) -> None:
         """One transaction, made now or kept in the spool (written later, once, in its place)."""

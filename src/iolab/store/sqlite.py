@@ -197,6 +197,10 @@ class SqliteStore(Store):
         with self.tx() as db:
             db.execute("DELETE FROM meta WHERE key=? AND value=?", (f"run-owner:{run_id}", owner))
 
+    def holder(self, run_id: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (f"run-owner:{run_id}",)).fetchone()
+        return None if row is None else str(row[0])
+
     # trials ---------------------------------------------------------------
     def save_trial(self, run_id: str, r: TrialResult, raw: Any) -> None:
         with self.tx() as db:
