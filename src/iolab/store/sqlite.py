@@ -13,12 +13,14 @@ replaced only when forced, the replaced one kept in `run_history`/`trial_history
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.request import pathname2url
 
 from iolab.core.errors import InputError
 from iolab.core.inputs import check_writable, path_problem
@@ -27,6 +29,13 @@ from iolab.store import rows, schema
 from iolab.store.base import OriginConflict, RunRecord, Store, holder_alive, this_host
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+def _on_read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 URL_PREFIX = "sqlite://"  # sqlite:///abs/path is the same as /abs/path
 
 
@@ -39,7 +48,13 @@ class SqliteStore(Store):
         self.read_only = read_only
         if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+        if read_only and _on_read_only_mount(path):
+            # a WAL database cannot be opened, even mode=ro, where its -shm cannot be made; on a
+            # read-only mount nothing can change it, which is what immutable=1 tells SQLite
+            self.db = sqlite3.connect(f"file:{pathname2url(str(path))}?immutable=1", uri=True, timeout=30,
+                                      isolation_level=None)
+        else:
+            self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
         try:
             if read_only:
                 schema.check_read(self._stored(), self.location)
