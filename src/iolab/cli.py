@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from iolab import __version__
 from iolab.core import paths, signals
-from iolab.core.errors import InputError, IolabError
+from iolab.core.errors import DataDirUnwritable, InputError, IolabError
 from iolab.core.inputs import check_writable
 from iolab.core.signals import exit_on_stop_signals_while_starting, ignore_stop_signals, interrupt_on_stop_signals
 from iolab.fleet import guard as fleet_guard
@@ -316,7 +316,7 @@ def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
         try:
             rec = store.resolve(run_id)
             path, doc, summary = write_html(store, rec, output)
-        except IolabError as exc:
+        except (IolabError, DataDirUnwritable) as exc:
             problem = f"the report of run {run_id} could not be written ({exc}); `iolab report {run_id}` writes it"
         else:
             ok = sum(t["status"] == "ok" for t in doc["trials"])
@@ -385,15 +385,6 @@ def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | Non
         for line in summary:
             err.print(f"  • {escape(line)}")
         out.print(f"report: {path}")
-
-
-def _write_report(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    except OSError as exc:
-        raise InputError(f"could not write the report to {path} ({exc.strerror}); the results are in the "
-                         "database: `iolab report RUN -o PATH` writes it elsewhere") from None
 
 
 # -- results ------------------------------------------------------------------------------
@@ -556,7 +547,9 @@ def history(study: str, host: str | None, config_id: str | None, metric_names: t
                          f"{f' with metric {shown!r}' if metric_names else ''} in {store.location}")
     powers = _history_power(hist) if power else None
     if html_path is not None:
-        _write_report(html_path, history_html(study, hist))
+        from iolab.publish.document import write_report
+
+        write_report(html_path, history_html(study, hist))
         err.print(f"history page: {html_path}")
     click.echo(history_json(hist, powers) if as_json else history_text(hist, powers, show_all))
 
@@ -590,7 +583,7 @@ def report(run_ref: str, fmt: str, output: Path | None, compare_ref: str | None,
            db: str | None) -> None:
     """Render a run's report (RUN: id, id prefix or 'latest'). json follows docs/results.md."""
     from iolab.analysis.compare import compare_runs
-    from iolab.publish.document import analysed, results_document
+    from iolab.publish.document import analysed, results_document, write_report
     from iolab.report import comparison
     from iolab.report.render import render
 
@@ -612,7 +605,7 @@ def report(run_ref: str, fmt: str, output: Path | None, compare_ref: str | None,
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    _write_report(output, text)
+    write_report(output, text)
     out.print(f"report: {output}")
 
 
@@ -815,6 +808,9 @@ def main() -> None:
         except IolabError as exc:
             err.print(f"[red]error:[/red] {escape(str(exc))}")
             sys.exit(exc.exit_status)
+        except DataDirUnwritable as exc:  # outside a run (which says more): iolab's own state cannot be written
+            err.print(f"[red]error:[/red] {escape(str(exc))}")
+            sys.exit(1)
         except KeyboardInterrupt:
             err.print("interrupted")
             sys.exit(130)

@@ -46,3 +46,11 @@ class Interrupted(IolabError):
     """SIGINT/SIGTERM arrived: stop, clean up, keep finished trials."""
 
     exit_status = 130
+
+
+class DataDirUnwritable(BaseException):
+    """iolab's own state (the ledger, the results store) cannot be written: the data dir's disk is
+    full or went read-only. A BaseException on purpose, like a stop signal: it must end the run
+    through every per-trial `except Exception` (each next trial would fail the same way), and it
+    is raised only where nothing is half made (before a ledger entry, by a store write); the
+    runner then tears down, keeps what was stored and says so (runner.Runner.run)."""

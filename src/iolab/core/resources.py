@@ -34,6 +34,7 @@ from typing import Any
 
 from iolab.core import owner as owners
 from iolab.core import paths, registry, signals
+from iolab.core.errors import DataDirUnwritable
 
 PENDING = "pending"
 LIVE = "live"
@@ -167,10 +168,17 @@ class Ledger:
         self._lock = threading.RLock()
 
     def add(self, kind: str, ident: str, *, pending: bool = False, **info: object) -> Resource:
+        """Record an entry before its thing is made; DataDirUnwritable (and nothing recorded) when
+        the ledger cannot be written: iolab never makes what it could not undo after a crash."""
         res = Resource(kind, ident, dict(info), state=PENDING if pending else LIVE)
         with self._lock:
             self._items.append(res)
-            self._flush()
+            try:
+                self._flush()
+            except OSError as exc:
+                self._items.remove(res)
+                raise DataDirUnwritable(f"cannot write iolab's ledger {self.path} "
+                                        f"({exc.strerror or exc}), so nothing more is made") from None
         return res
 
     @contextmanager
@@ -207,7 +215,7 @@ class Ledger:
                 res.ident = ident
             res.info.update(info)
             res.state = LIVE
-            self._flush()
+            self._flush_or_keep()
 
     def update(self, res: Resource, ident: str | None = None, **info: object) -> None:
         """Record more about an entry while it is still being created (stays pending)."""
@@ -215,7 +223,7 @@ class Ledger:
             if ident is not None:
                 res.ident = ident
             res.info.update(info)
-            self._flush()
+            self._flush_or_keep()
 
     def release(self, res: Resource) -> None:
         """Undo one resource now (its cleaner) and forget it."""
@@ -225,7 +233,7 @@ class Ledger:
     def forget(self, res: Resource) -> None:
         with self._lock:
             self._items = [r for r in self._items if r.rid != res.rid]
-            self._flush()
+            self._flush_or_keep()
 
     def release_all(self) -> list[str]:
         """Undo everything still recorded, newest first; returns errors instead of raising."""
@@ -242,16 +250,29 @@ class Ledger:
         with self._lock:
             return list(self._items)
 
+    def _flush_or_keep(self) -> None:
+        """A flush after the fact (the thing made, or undone): one that fails keeps the file as it
+        was, which names at most more than is left (cleaners find a thing by its tag and skip
+        what is gone), and it is tried again at the next change."""
+        try:
+            self._flush()
+        except OSError:
+            pass
+
     def _flush(self) -> None:
         if not self._items:
             self.path.unlink(missing_ok=True)
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:  # on disk before the rename: a host crash must not leave an empty ledger
-            f.write(json.dumps([asdict(r) for r in self._items], indent=1))
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "w") as f:  # on disk before the rename: a host crash must not leave an empty ledger
+                f.write(json.dumps([asdict(r) for r in self._items], indent=1))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk: the ledger stays as it was, nothing half written beside it
+            raise
         os.replace(tmp, self.path)
         _fsync_dir(self.dir)
 

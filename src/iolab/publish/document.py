@@ -12,6 +12,7 @@ from iolab.analysis.budget_record import BudgetSection
 from iolab.analysis.trials import declarations
 from iolab.analysis.verdicts import ReportedVerdict
 from iolab.core import paths
+from iolab.core.errors import InputError
 from iolab.report.model import Section
 from iolab.report.render import render
 from iolab.store.base import RunRecord, Store
@@ -147,7 +148,25 @@ def write_html(store: Store, run: RunRecord, output: Path | None = None
                ) -> tuple[Path, dict[str, Any], list[str]]:
     """Write a run's HTML report (default place: the reports dir); returns (path, document, summary)."""
     path = output or default_report_path(run.id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
     doc, summary, sections = analysed(store, run, path.parent)
-    path.write_text(render(doc, sections, summary, "html"))
+    write_report(path, render(doc, sections, summary, "html"))
     return path, doc, summary
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write a report file; a place that cannot take it (full, read-only) is an input error that
+    says where else: the results are in the store either way."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
+
+
+def _unwritable(path: Path, exc: OSError) -> InputError:
+    return InputError(f"could not write the report to {path} ({exc.strerror or exc}); the results are in the "
+                      "database: `iolab report RUN -o PATH` writes it elsewhere")

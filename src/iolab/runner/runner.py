@@ -36,7 +36,16 @@ from iolab.cgroups import trial as trial_cgroups
 from iolab.cgroups.trial import TrialCgroup
 from iolab.core import metrics, registry, signals
 from iolab.core import owner as owners
-from iolab.core.errors import CapabilityMissing, InputError, Interrupted, RefusedError, SpecError, TrialFailed
+from iolab.core.errors import (
+    CapabilityMissing,
+    DataDirUnwritable,
+    InputError,
+    Interrupted,
+    IolabError,
+    RefusedError,
+    SpecError,
+    TrialFailed,
+)
 from iolab.core.exec import set_session_policy
 from iolab.core.metrics import MetricSet, TrialDeclarations
 from iolab.core.model import Config, Trial, TrialResult
@@ -231,13 +240,21 @@ class Runner:
             status = "partial"
             raise Interrupted("interrupted; finished trials are kept. "
                               f"Resume with: iolab run --resume {self.run_id}") from None
+        except DataDirUnwritable as exc:
+            status = "partial"
+            raise IolabError(f"the run stopped: {exc}. Its trials stored before are kept. Free space (or make "
+                             f"the data dir writable), then `iolab clean` and `iolab run --resume {self.run_id}`"
+                             ) from None
         finally:
             set_session_policy(previous_session)
             self.reporter.stop()
             with signals.ignored():
                 errors = self.ledger.release_all()
-                self.store.set_status(self.run_id, status)
-                self.store.release_run(self.run_id, owners.me().token)
+                try:
+                    self.store.set_status(self.run_id, status)
+                    self.store.release_run(self.run_id, owners.me().token)
+                except (Exception, DataDirUnwritable) as exc:  # the run's end is told on the console then
+                    errors.append(f"could not record the run's status {status!r} in the store: {exc}")
             for e in errors:
                 self.console.print(f"[red]cleanup problem:[/red] {e}")
         return status

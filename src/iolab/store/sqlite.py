@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.request import pathname2url
 
-from iolab.core.errors import InputError
+from iolab.core.errors import DataDirUnwritable, InputError
 from iolab.core.inputs import check_writable, path_problem
 from iolab.core.model import TrialResult
 from iolab.store import rows, schema
@@ -132,13 +132,24 @@ class SqliteStore(Store):
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
+        """One write transaction. A disk that is full or read-only is DataDirUnwritable: every write
+        after it would fail the same way, so the run stops (runner.Runner.run), not each trial."""
         try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF  # SQLITE_IOERR_WRITE: SQLITE_IOERR
+            if primary not in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR):
+                raise
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise DataDirUnwritable(f"cannot write the results database {self.path} ({exc})") from None
 
     def close(self) -> None:
         self.db.close()
