@@ -23,6 +23,7 @@ from iolab.core import paths, signals
 from iolab.core.errors import DataDirUnwritable, InputError, IolabError
 from iolab.core.inputs import check_writable
 from iolab.core.signals import exit_on_stop_signals_while_starting, ignore_stop_signals, interrupt_on_stop_signals
+from iolab.core.streams import ReaderMayGo
 from iolab.fleet import guard as fleet_guard
 from iolab.fleet.cli import fleet as fleet_group
 from iolab.store import registry as stores
@@ -30,9 +31,9 @@ from iolab.store import schema
 from iolab.store.base import Store
 from iolab.store.push import push_run
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(file=ReaderMayGo("stderr"), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
 STARTED = time.monotonic()  # a --budget counts from here: the wall time the user waits
-out = Console(highlight=False, soft_wrap=True)
+out = Console(file=ReaderMayGo("stdout"), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
 
 db_option = click.option("--db", type=str, default=None, envvar="IOLAB_DB", show_envvar=True,
                          help="results store: a file path (SQLite; default: $IOLAB_DATA/results.sqlite) "
