@@ -15,20 +15,14 @@ from pathlib import Path
 
 import pytest
 from tests.core import owned
-from tests.core.helpers import IOLAB, Lab, fio_workload, needs_fio, needs_root, one_line, study_table
+from tests.core.helpers import IOLAB, Lab, fio_workload, needs_fio, needs_root, one_line, study_table, tmpfs_at
 
 pytestmark = [needs_root, needs_fio]
 
 
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "small"
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6M", "tmpfs", str(where)], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=True)
+    yield from tmpfs_at(tmp_path / "small", "6M")
 
 
 def _stored(db: Path) -> int:

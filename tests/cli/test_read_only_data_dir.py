@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.core.helpers import IOLAB, Lab, needs_fio, needs_root, one_line
+from tests.core.helpers import IOLAB, Lab, needs_fio, needs_root, one_line, tmpfs_at
 
 pytestmark = [needs_root, needs_fio]
 
@@ -20,13 +20,7 @@ JOB = "[j]\nioengine=null\nrw=randread\nsize=64m\n"
 
 @pytest.fixture
 def mount(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "ro"
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32M", "tmpfs", str(where)], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=True)
+    yield from tmpfs_at(tmp_path / "ro", "32M")
 
 
 def test_a_store_on_a_read_only_mount_is_read(lab: Lab, mount: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,14 @@ def drive(lab: Lab, argvs: list[list[str]], timeout: float = 900) -> list[dict[s
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices)")
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio")
+
+
+def tmpfs_at(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `where` (made) for the test's life: a data dir that fills up or
+    goes read-only (`mount -o remount,ro`). A generator for a fixture: `yield from tmpfs_at(...)`."""
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
