@@ -367,6 +367,7 @@ def reproduce(quick: bool, resume: str | None, dry_run: bool, output: Path | Non
         for line in plan_lines(quick, err, budget):
             click.echo(line)
         return
+    _clean_dead_runs()
     store = _store(db)
     if resume:
         _resolve(store, resume)

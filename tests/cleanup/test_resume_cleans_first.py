@@ -65,3 +65,26 @@ def test_a_resumed_run_first_undoes_what_the_killed_one_left(lab: Lab) -> None:
     assert not ledger.exists()
     assert lab.report_json()["status"] == "complete"
     lab.assert_nothing_left()
+
+
+PLANT = """
+import os, sys
+from iolab.core.resources import Ledger
+os.makedirs(sys.argv[1])
+with Ledger().creating("dir", sys.argv[1]):
+    pass
+os._exit(0)  # dies with its entry recorded: a dead owner's leftover
+"""
+
+
+def test_a_reproduction_also_undoes_dead_runs_first(lab: Lab) -> None:
+    """`iolab reproduce` starts the same way (its budget here affords no study: only the start is
+    looked at). Its dead owner is made for real: a process that records a directory and dies."""
+    left = lab.root / "left-by-a-dead-run"
+    subprocess.run([str(IOLAB.parent / "python"), "-c", PLANT, str(left)], env=lab.env, check=True, timeout=60)
+    assert left.is_dir() and list(lab.ledger_dir.iterdir())
+    r = lab.iolab("reproduce", "--quick", "--budget", "2", timeout=300)
+    said = " ".join(r.stderr.split())
+    assert f"first undid what dead iolab runs left in this data dir, as `iolab clean` does: dir {left}" in said, said
+    assert said.index("first undid") < said.index("reproduction "), said
+    assert not left.exists() and list(lab.ledger_dir.iterdir()) == []
