@@ -88,3 +88,5 @@ def test_a_reproduction_also_undoes_dead_runs_first(lab: Lab) -> None:
     assert f"first undid what dead iolab runs left in this data dir, as `iolab clean` does: dir {left}" in said, said
     assert said.index("first undid") < said.index("reproduction "), said
     assert not left.exists() and list(lab.ledger_dir.iterdir()) == []
+    page = " ".join(r.stderr.split())
+    assert "No interval stands behind the 17 testable verdicts yet" in page, "nothing measured: no '1 intervals'"

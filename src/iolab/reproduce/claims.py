@@ -746,8 +746,8 @@ def study_verdicts(study: str, children: dict[str, Doc], quick: bool) -> list[Re
 def family_of(rows: list[ClaimRow]) -> PageFamily:
     """What the page says about its family: how many verdicts and intervals, at which level each."""
     tested = [r for r in rows if r.verdict != UNTESTABLE]
-    m = max(sum(r.intervals for r in tested), 1)
-    return PageFamily(verdicts=len(tested), intervals=m, alpha=ALPHA, per_interval=ALPHA / m,
+    m = sum(r.intervals for r in tested)  # 0: nothing measured yet (a budget that afforded no study)
+    return PageFamily(verdicts=len(tested), intervals=m, alpha=ALPHA, per_interval=ALPHA / max(m, 1),
                       method="Bonferroni over the intervals behind every testable verdict, on top of each "
                              "interval's adaptive-stopping design")
 

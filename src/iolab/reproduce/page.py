@@ -169,6 +169,9 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
 
 def family_words(fam: PageFamily) -> str:
     """The page's error control, in one sentence (shown on the page and in the summary)."""
+    if fam.intervals == 0:
+        return (f"No interval stands behind the {fam.verdicts} testable verdicts yet (nothing was measured): none "
+                "holds or differs, so this page claims nothing.")
     return (f"The {fam.verdicts} testable verdicts are one family: the {fam.intervals} intervals behind them are "
             f"each computed at 1/{fam.intervals} of their design's tail (Bonferroni), so the chance that any "
             f"holds or differs on this page is wrong is at most {fam.alpha:.0%}; undecided and not testable "
