@@ -216,8 +216,7 @@ def _phase_c_one(world: World, inp: Input, host: Path) -> Raw:
     """fio on the raw job text (with iolab's directory, but no check at all) in the trial confinement,
     as the `host` target gives it: only a directory made inside the user's (with the planted links,
     the user's files and every other name of it read-only) is writable."""
-    own = host / "iolab-raw"
-    own.mkdir(exist_ok=True)
+    own = host / "iolab-raw"  # made with the plants: a bomb filling the filesystem must not stop a mkdir
     text = world.subst(inp.job or "", host)
     if "directory" not in text:  # as iolab renders a job: its directory first, unless the file sets its own
         text = f"[global]\ndirectory={own}\n" + text
@@ -252,6 +251,8 @@ def test_hostile_corpus_runs_for_real_and_every_canary_survives(world: World, la
     monkeypatch.setattr(host_exec, "MAX_OUTPUT", 4 << 20)
     jobs = [i for i in inputs if i.job is not None]
     hosts = {i.id: world.host_dir("c", i) for i in jobs}  # all planted first: a space bomb must not stop a plant
+    for host in hosts.values():
+        (host / "iolab-raw").mkdir()  # the directory the host target would make inside the user's
     bombs = [i for i in jobs if i.family.startswith("resource bombs")]
     rest = [i for i in jobs if i not in bombs]
     with ThreadPoolExecutor(max_workers=4) as pool:

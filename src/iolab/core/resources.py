@@ -17,6 +17,11 @@ One ledger file per owner (core.owner): `$IOLAB_DATA/ledger/o<pid>.<start>.json`
 list of entries, removed when empty. A ledger is orphaned when its owner is dead (pid and
 start time); files of iolab before 0.2 are named `<pid>.json` and are judged by pid and
 by whether that pid started before the file was last written.
+
+Size: the ledger's file format, its writer (which must refuse to record when the disk cannot
+take it, and fsync before the rename) and its readers (which must tell an unreadable file from
+an empty one, and undo a dead owner's entries in the kinds' order) are one contract; split, a
+change to one side could no longer be read against the other.
 """
 
 from __future__ import annotations
