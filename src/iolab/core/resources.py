@@ -270,16 +270,17 @@ class Ledger:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        try:
-            with open(tmp, "w") as f:  # on disk before the rename: a host crash must not leave an empty ledger
-                f.write(json.dumps([asdict(r) for r in self._items], indent=1))
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a full disk: the ledger stays as it was, nothing half written beside it
-            raise
-        os.replace(tmp, self.path)
-        _fsync_dir(self.dir)
+        with signals.held():  # a stop signal waits the few ms of the fsync: no .tmp left beside the ledger
+            try:
+                with open(tmp, "w") as f:  # on disk before the rename: a host crash must not leave it empty
+                    f.write(json.dumps([asdict(r) for r in self._items], indent=1))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a full disk: the ledger stays as it was, nothing half written beside it
+                raise
+            os.replace(tmp, self.path)
+            _fsync_dir(self.dir)
 
 
 def _fsync_dir(d: Path) -> None:
