@@ -107,13 +107,19 @@ register_cleaner("test-fio-server", _clean_server)
 
 
 def sweep_dead() -> list[str]:
-    """Namespaces and veths of test processes that died (owner tag or veth prefix)."""
+    """Namespaces, veths and host loop devices of test processes that died (a worker killed
+    mid-test leaves them; each carries its owner's tag, the loop device in its image's name)."""
     gone = []
     for ns in namespaces():
         if "-fleet-" in ns and owners.dead_owner_of_name(ns):
             _ip("netns", "pids", ns, check=False)
             _ip("netns", "del", ns, check=False)
             gone.append(ns)
+    for dev, backing in _cleaners.attached_loops():
+        name = os.path.basename(backing)
+        if "-fleet-" in name and owners.dead_owner_of_name(name):
+            _cleaners.detach_loop(dev)
+            gone.append(f"{dev} ({backing})")
     return gone
 
 
@@ -265,7 +271,7 @@ def _add_hosts(ledger: Ledger, workdir: Path, hosts: list[NsHost], tag: str, n: 
             _ip("-n", ns, "-6", "addr", "add", f"{V6_PREFIX}{x:x}::2/64", "dev", veth_in, "nodad")
         _ip("-n", ns, "link", "set", veth_in, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
-        image = workdir / f"h{i}.img"
+        image = workdir / f"{ns}.img"  # tagged: a killed test's loop device is found by `iolab clean --all`
         with ledger.creating("file", str(image)):
             with open(image, "xb") as f:
                 f.truncate(image_mb << 20)

@@ -46,3 +46,35 @@ def test_failure_inside_still_removes_everything(tmp_path: Path) -> None:
         pass
     assert made and not set(made) & set(namespaces())
     assert str(tmp_path) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+
+
+KILLED = """
+import os, sys
+from pathlib import Path
+from tests.fleet.netns_hosts import ns_fleet
+with ns_fleet(Path(sys.argv[1]), n=2, start_servers=False) as hosts:
+    print(" ".join(h.device for h in hosts), flush=True)
+    os._exit(0)  # as a worker killed mid-test: no finally runs
+"""
+
+
+def test_what_a_killed_test_process_left_is_swept_by_the_next_fleet(tmp_path: Path) -> None:
+    """A pytest worker killed mid-test (a CI timeout, a Ctrl-C of the suite) left its hosts' loop
+    devices attached: their images were untagged, so neither the harness nor `iolab clean --all`
+    knew whose they were. Made for real: a process makes two hosts and dies; the next fleet's
+    sweep removes its namespaces and detaches its loop devices."""
+    import os
+    import sys
+
+    from iolab.core.cleaners import attached_loops
+    from tests.fleet.netns_hosts import sweep_dead
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path / "f")], capture_output=True, text=True,
+                       timeout=120, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    devices = r.stdout.split()
+    assert r.returncode == 0 and len(devices) == 2, r.stderr
+    assert set(devices) <= {d for d, _ in attached_loops()}
+    gone = sweep_dead()
+    assert not set(devices) & {d for d, backing in attached_loops() if str(tmp_path) in backing}, gone
+    assert sum("-fleet-" in g and "/dev/" not in g for g in gone) == 2, gone
