@@ -28,7 +28,7 @@ from iolab.fleet import guard as fleet_guard
 from iolab.fleet.cli import fleet as fleet_group
 from iolab.store import registry as stores
 from iolab.store import schema
-from iolab.store.base import Store
+from iolab.store.base import RunRecord, Store
 from iolab.store.push import push_run
 
 err = Console(file=ReaderMayGo("stderr"), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
@@ -428,7 +428,7 @@ def runs(db: str | None, limit: int, as_json: bool) -> None:
          f"{i['owner_role'] or '-'}@{i['owner_host'] or '?'}"] for i in items]))
 
 
-def _status_now(store: Any, r: Any) -> str:
+def _status_now(store: Store, r: RunRecord) -> str:
     """A run's stored status, except that one stored as running whose process (on this host) is gone
     reads "interrupted": it was killed or its machine went down; `iolab run --resume` finishes it.
     On another host iolab cannot see the process: "running" stays."""

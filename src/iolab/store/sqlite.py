@@ -29,14 +29,15 @@ from iolab.store import rows, schema
 from iolab.store.base import OriginConflict, RunRecord, Store, holder_alive, this_host
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+URL_PREFIX = "sqlite://"  # sqlite:///abs/path is the same as /abs/path
+
+
 def _on_read_only_mount(path: Path) -> bool:
+    """Is the file on a mount that cannot be written (opened immutable for reading then)?"""
     try:
         return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
     except OSError:
         return False
-
-
-URL_PREFIX = "sqlite://"  # sqlite:///abs/path is the same as /abs/path
 
 
 class SqliteStore(Store):
