@@ -633,6 +633,9 @@ def compare(run_a: str, run_b: str, threshold: float, metric_names: tuple[str, .
 
     store = _resolve_store(db)
     rec_a, rec_b = (_resolve(store, r) for r in (run_a, run_b))
+    if rec_a.id == rec_b.id:
+        raise click.BadParameter(f"{run_b} is the same run as {run_a} ({rec_a.id}): compare two runs",
+                                 param_hint="RUN_B")
     a, b = results_document(store, rec_a), results_document(store, rec_b)
     result = compare_runs(a, b, threshold=threshold, metric_names=metric_names,
                           history=_compare_history(store, rec_a, rec_b))

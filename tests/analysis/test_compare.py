@@ -120,8 +120,11 @@ def test_a_real_change_is_found_with_the_right_direction(family: str, workload: 
         assert row["verdict"] == expected, row
         assert row["ratio"] == pytest.approx(factor, rel=0.03)
         assert row["ratio_ci95"][0] < row["ratio"] < row["ratio_ci95"][1]
-        others = {r["verdict"] for r in res["rows"] if r is not row}
-        assert others == {"no difference"}, [r for r in res["rows"] if r is not row and r["verdict"] != "no difference"]
+        others = [r for r in res["rows"] if r is not row]
+        # unchanged rows claim nothing; between two runs (the 3 % floor) an interval of about ±8 % around
+        # a small chance difference may reach past ±10 %, which is undecided, never a claim
+        assert {r["verdict"] for r in others} <= {"no difference", "undecided"}, others
+        assert sum(r["verdict"] == "no difference" for r in others) >= len(others) // 2
 
 
 def test_faster_guest_is_an_improvement_for_every_rate_unit() -> None:

@@ -28,9 +28,9 @@ For every configuration both runs measured and every metric with a declared dire
 * Holm's correction of those p-values over all rows, so the chance that any row claims a change
   beyond the threshold that is not there stays below 5 %, however many rows are compared;
 * a verdict: `improvement` / `regression` when that Holm-adjusted p-value is below 0.05, its
-  sign from the metric's declared direction; otherwise `undecided` when the ratio's interval
-  is wider than ±max_ci, else `no difference`; `invalid` when a side has fewer than MIN_N
-  successful values;
+  sign from the metric's declared direction; otherwise `no difference` only when the ratio's
+  whole interval lies inside ±max_ci (an equivalence claim), else `undecided`; `invalid` when a
+  side has fewer than MIN_N successful values, or the runs declare the metric differently;
 * the tools' quantisation (a rate's millisecond clock, fio's latency histogram buckets:
   `manifest.resolution`) widens every interval and is taken off the difference before it is
   tested: two runs one clock tick or one histogram bucket apart are not a regression.
@@ -81,6 +81,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
         raise ValueError(f"threshold must be a fraction between 0 and 1, got {threshold}")
     if not floor >= 0:
         raise ValueError(f"floor must be a fraction >= 0, got {floor}")
+    if a.get("run_id") is not None and a.get("run_id") == b.get("run_id"):
+        history = ()  # a run against itself is B/A = 1 exactly, not against a level A's neighbours set
     ga, gb = by_config(a), by_config(b)
     ea, eb = RunEstimator(a), RunEstimator(b)
     before = float(b["created"]) if b.get("created") else None
@@ -91,7 +93,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
     for cid in [c for c in ga if c in gb]:
         ta, tb = ga[cid], gb[cid]
         oa, ob = [t for t in ta if t["status"] == "ok"], [t for t in tb if t["status"] == "ok"]
-        declared = metric_set_of(ta).merged(metric_set_of(tb))  # as each run's trials stored them, A's first
+        own_a, own_b = metric_set_of(ta), metric_set_of(tb)  # as each run's trials stored them
+        declared = own_a.merged(own_b)
         names = sorted({m for t in oa + ob for m in t["metrics"]})
         for m in [n for n in names if not metric_names or n in metric_names]:
             decl = declared.get(m)
@@ -102,8 +105,13 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = DEF
                 skipped.add(m)  # can be negative (a change, a log): no ratio of positive levels
                 continue
             row = _base_row(cid, label_text(ta[0], cid), m, decl, ea, eb, oa, ob, ta, tb)
+            clash = _declarations_differ(own_a.get(m), own_b.get(m))
+            if clash:
+                row["verdict"], row["reason"] = "invalid", clash
+                rows.append(row)
+                continue
             if counts.is_count(decl):
-                _count_row(row, a, past, cid, m, oa, ob)
+                _count_row(row, a, past, cid, m, oa, ob, floor)
             else:
                 measured.append((row, runlevel.reference(a, past, cid, m), oa, ob, m))
             rows.append(row)
@@ -153,6 +161,19 @@ def _base_row(cid: str, label: str, m: str, decl: metrics.Metric, ea: RunEstimat
         "ratio": None, "ratio_ci95": [None, None], "p_no_change": None, "p_beyond_threshold": None,
         "p_holm": None, "verdict": None, "reason": "", "test": None, "method": None, "noise": None,
     }
+
+
+def _declarations_differ(da: metrics.Metric | None, db: metrics.Metric | None) -> str:
+    """Why the two runs' values of one metric are not the same quantity ('' when they are): each
+    run stored its own declaration, and a unit, direction or range that differs (events/s against
+    events/min, ms against µs, a metric whose better direction was redeclared) makes any ratio of
+    the values meaningless, so neither side's declaration may silently win."""
+    if da is None or db is None:
+        return ""
+    parts = [f"{what} {x} in A, {y} in B" for what, x, y in (
+        ("unit", da.unit, db.unit), ("direction", da.direction, db.direction), ("range", da.domain, db.domain),
+        ("estimand", da.aggregate, db.aggregate)) if x != y]
+    return ("the runs declare this metric differently (" + "; ".join(parts) + "): not comparable") if parts else ""
 
 
 def _problems(row: dict[str, Any], va: list[Any], vb: list[Any]) -> bool:
@@ -242,7 +263,7 @@ def _stall_row(row: dict[str, Any], xa: np.ndarray, xb: np.ndarray, ref: Referen
         row.update(ratio=None if ma <= 0 else 0.0, p_no_change=min(1.0, p) if hit else 1.0,
                    method="exact permutation (every trial of one side stalled)")
         row["test"] = _Fixed(row["p_no_change"])
-        row["ratio_ci95"] = [None, None] if ma <= 0 else [0.0, 0.0]
+        row["ratio_ci95"] = [None, None] if ma <= 0 else [0.0, None]  # no upper bound from a split alone
         return
     tau2 = floor**2
     if ref is not None and ref.spread.df > 0:
@@ -266,7 +287,7 @@ class _Fixed:
 
 
 def _count_row(row: dict[str, Any], a: dict[str, Any], past: Sequence[runlevel.Stored], cid: str, m: str,
-               oa: list[dict[str, Any]], ob: list[dict[str, Any]]) -> None:
+               oa: list[dict[str, Any]], ob: list[dict[str, Any]], floor: float) -> None:
     va = [t["metrics"].get(m) for t in oa]
     vb = [t["metrics"].get(m) for t in ob]
     if _problems(row, va, vb):
@@ -279,12 +300,15 @@ def _count_row(row: dict[str, Any], a: dict[str, Any], past: Sequence[runlevel.S
         vals = list(finite([t["metrics"].get(m) for t in trials])[0])
         if vals:
             groups.append(vals)
-    t = counts.count_test(groups, list(finite(vb)[0]))
+    t = counts.count_test(groups, list(finite(vb)[0]), floor=floor)
     hi = None if math.isinf(t.hi) else t.hi
+    stored = len(groups) > 1
     row.update(ratio=t.ratio, ratio_ci95=[t.lo, hi], p_no_change=t.p, test=t,
-               method=f"quasi-Poisson rate test (phi {t.phi:.2g})",
+               method=f"quasi-Poisson rate test (phi {t.phi:.2g}) and run-level log-rate test",
                counts={"a_per_trial": t.rate_a, "b_per_trial": t.rate_b, "phi": t.phi, "a_runs": len(groups)},
-               noise={"source": "store" if len(groups) > 1 else "two runs", "window_runs": len(groups)})
+               noise={"source": "store" if stored else "two runs", "window_runs": len(groups),
+                      "tau": t.run_sd if stored else None, "df": t.run_df if stored else None,
+                      "assumed_tau": None if stored else floor})
 
 
 def _verdict(row: dict[str, Any], threshold: float, max_ci: float) -> tuple[str, str]:
@@ -300,14 +324,24 @@ def _verdict(row: dict[str, Any], threshold: float, max_ci: float) -> tuple[str,
         word = "improvement" if better else "regression"
         return word, (f"{'higher' if higher else 'lower'} {_size(row)} ({row['direction']} is better); "
                       f"beyond ±{threshold:.0%} with p = {p:.2g} after Holm{caveat}")
-    if lo is None or hi is None or lo <= 0 or math.sqrt(hi / lo) - 1 > max_ci:
+    if not _within_band(lo, hi, max_ci):
         shown = f"{fmt_end(lo, 3)}..{fmt_end(hi, 3)}" if lo is not None and hi is not None else "an unbounded range"
-        return "undecided", f"the 95% interval of B/A spans {shown}: a change of over {max_ci:.0%} could hide{caveat}"
+        return "undecided", (f"the 95% interval of B/A spans {shown}, reaching beyond ±{max_ci:.0%}: a change "
+                             f"that large could hide{caveat}")
     if row["p_no_change"] is not None and row["p_no_change"] < ALPHA:
         return "no difference", (f"{_size(row)} {'higher' if higher else 'lower'}, not shown to exceed the "
                                  f"±{threshold:.0%} threshold after Holm (p = {p:.2g}){caveat}")
     return "no difference", (f"no change shown (p = {row['p_no_change']:.2g}; beyond ±{threshold:.0%}: "
                              f"{p:.2g} after Holm){caveat}")
+
+
+def _within_band(lo: float | None, hi: float | None, max_ci: float) -> bool:
+    """"No difference" is a claim about where the interval lies (docs/statistics.md, "Verdicts"):
+    the whole 95 % interval of B/A inside [1/(1 + max_ci), 1 + max_ci]. Its width alone is not
+    enough: a narrow interval off-centre ([0.836, 0.988]) still lets a 16 % change hide."""
+    if lo is None or hi is None or not lo > 0 or not math.isfinite(hi):
+        return False
+    return 1 / (1 + max_ci) <= lo and hi <= 1 + max_ci
 
 
 def _higher(row: dict[str, Any]) -> bool:
@@ -349,9 +383,9 @@ def noise_summary(rows: list[dict[str, Any]], floor: float, b_created: float | N
             if b_created:
                 when += f", the newest {_age(b_created - summary['newest'])} before B"
         parts.append(f"run-to-run noise estimated from the store for {len(stored)} row(s): up to "
-                     f"{summary['runs']} earlier runs of the same configurations on this host{when} (median "
-                     f"run-level SD {summary['median_tau']:.1%}); A's level from up to {summary['window_runs']} runs "
-                     "like A")
+                     f"{summary['runs']} earlier runs of the same configurations on this host{when}"
+                     + (f" (median run-level SD {summary['median_tau']:.1%})" if summary["median_tau"] is not None
+                        else "") + f"; A's level from up to {summary['window_runs']} runs like A")
     if on_floor:
         parts.append(f"{len(on_floor)} row(s) compare two runs only (no repeated runs in the store): run-level SD "
                      f"assumed {floor:.1%} (the default floor, docs/statistics.md); {AB_HINT}")

@@ -13,6 +13,7 @@ from iolab.analysis.trials import declarations
 from iolab.analysis.verdicts import ReportedVerdict
 from iolab.core import paths
 from iolab.core.errors import InputError
+from iolab.publish.integrity import check_document
 from iolab.report.model import Section
 from iolab.report.render import render
 from iolab.store.base import RunRecord, Store
@@ -34,6 +35,7 @@ def results_document(store: Store, run: RunRecord) -> dict[str, Any]:
            "source": run.source,
            "spec": run.spec, "options": run.options, "environment": run.environment, "extra": run.extra,
            "trials": trials, "findings": {}}
+    check_document(doc, store.location)
     if analysis_of(run) in (REPRODUCE, AB):
         doc["children"] = _children(store, run)
         kids = [c["doc"]["trials"] for c in doc["children"].values()]
