@@ -44,8 +44,9 @@ FINGERPRINT = ("hostname", "cpu_model", "cpus", "kernel", "kernel_version", "cpu
                "workload_session", "fio_version", "qemu_version", "qemu_img_version", "iolab_version")
 WINDOW = 10  # runs like A (A included) that make A's reference level
 SPREAD_RUNS = 30  # newest runs of a configuration whose spread is pooled
-# tau assumed when the store holds no repeated runs: the upper quartile of the run-to-run spread
-# measured on this project's reference machine (bench/run run-to-run; docs/statistics.md)
+# tau assumed when the store holds no repeated runs: a policy, the run-to-run spread of a quiet
+# machine (the first two runs of bench/run run-to-run differed by 3 % in events/s), not the
+# reference machine's busy-hour figure (8-172 %); docs/statistics.md, "How the default floor was measured"
 DEFAULT_FLOOR = 0.03
 
 
