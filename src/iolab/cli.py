@@ -712,19 +712,21 @@ def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b:
     run interleaved in randomised blocks, each block a fresh run of each, until every
     configuration x metric is decided (beyond or within --min-effect, sign flips across blocks,
     Holm over all rows) or --max-blocks. Exit status: 0 no regression, 1 regression, 2 input
-    error, 3 nothing measured."""
+    error, 3 nothing measured, 4 incomplete (B failed or stalled where A did not, too few blocks
+    to call it a regression; or a load ended before its run)."""
     import random
 
     from iolab.analysis.ab import Design
     from iolab.publish import ab as ab_report
     from iolab.publish.document import write_html
-    from iolab.runner.ab import ABStudy, NoVerdict, variants
+    from iolab.runner.ab import ABStudy, Incomplete, NoVerdict, check_metric_names, variants
 
     try:
         design = Design(min_blocks, max_blocks, step, min_effect)
     except ValueError as exc:
         raise InputError(f"--blocks/--max-blocks: {exc}") from None
     va, vb = variants(spec_a, spec_b, set_a, set_b, load_a, load_b, env_a, env_b)
+    check_metric_names(va, vb, metric_names)
     stores.check_target(*_db_ref(db))
     if output is not None:
         check_writable(output, "-o")
@@ -744,13 +746,18 @@ def ab_command(spec_a: Path, spec_b: Path | None, set_a: tuple[str, ...], set_b:
         path, _, _ = write_html(store, store.resolve(run_id), output)
         (err if as_json else out).print(f"report: {path}")  # stdout is the JSON alone
     blocks = len(study.blocks)
+    status = ab_report.exit_status(rows, study.load_failures)
     if as_json:
-        click.echo(json.dumps(ab_report.AbVerdict(run_id, blocks, design, rows).as_json(), indent=2))
+        click.echo(json.dumps(ab_report.AbVerdict(run_id, blocks, design, rows).as_json() | {"exit_status": status},
+                              indent=2))
     else:
         click.echo(ab_report.text(rows, design, blocks))
-    if not rows or all(r.verdict == "invalid" for r in rows):
+    if status == 4:
+        raise Incomplete(f"A/B study {run_id} shows no regression but is not a pass: "
+                         + "; ".join(ab_report.incomplete(rows, study.load_failures)))
+    if status == 3:
         raise NoVerdict(f"A/B study {run_id}: nothing was measured on both sides (see `iolab report {run_id}`)")
-    raise SystemExit(1 if any(r.verdict == "regression" for r in rows) else 0)
+    raise SystemExit(status)
 
 
 # -- machine ------------------------------------------------------------------------------

@@ -10,6 +10,20 @@ event count (a metric declared in the `count` range: errors, retransmits) d_j = 
 (a_j + 1/2)) of the means per trial, so an error counter that goes from 0 to 383 is evidence, not
 a block without a value (the half keeps zero finite; under "B is A" d_j is still symmetric).
 
+* **Stalls are evidence.** A trial whose value is 0 (a stalled rate) is a value: in a block where
+  either side has one, both sides' levels are the log of their arithmetic means, zeros included,
+  each floored at STALL_FLOOR (1/1000) of the larger of the two, so B stalling in one of three
+  trials is B/A 2/3 in that block, and a side whose every trial stalled is 1000 times worse there
+  (d_j = -log 1000: as far as the floor lets a block go). The rule is chosen by the block's pooled
+  values, the same for both sides, so under "B is A" d_j stays symmetric. Stalled trials are
+  counted per side (`Row.stalled`).
+* **Failures are evidence.** A side of a block with no successful trial of a configuration failed
+  there (`Row.failed`, per side). Per configuration that failed anywhere, a row "failed blocks"
+  tests which side failed over the blocks where exactly one did: under "B is A" that side is a coin
+  flip, so B failing in k of n such blocks has the exact two-sided binomial p; that row is in the
+  same Holm family, and is a regression (B fails more) or an improvement. A side whose load
+  command ended before its run did is not a failure of the variant: it is set aside (`Row.invalid`).
+
 * **Test: sign flips across blocks** (a permutation test for paired data; exact over all 2^J sign
   patterns up to EXACT_BLOCKS blocks, else MONTE_CARLO random ones). Under "B is A" the order in
   each block was a coin flip, so each d_j is as likely negative as positive.
@@ -23,8 +37,13 @@ a block without a value (the half keeps zero finite; under "B is A" d_j is still
   ALPHA / looks (Bonferroni over the looks), and stops once every row is decided.
 * The ratio's interval is the inversion of the same sign-flip test at the look's level.
 
-Exit status for CI (the CLI): 1 when any row is a regression, 0 otherwise; undecided rows are
-listed. Pure: result documents in, verdicts out.
+Exit status for CI (`exit_status`): 1 when any row is a regression; else 4 when the study is
+incomplete because of B (B failed or stalled where A did not and that row is undecided or invalid,
+or a side was set aside because its load ended early); else 3 when nothing was measured on both
+sides; else 0 (undecided rows are listed). Pure: result documents in, verdicts out.
+
+Size: one Holm family is judged here, the metrics' rows and the failure rows together, with the
+exit status that reads them; split, the family and its rules would live in two places.
 """
 
 from __future__ import annotations
@@ -49,6 +68,8 @@ MIN_BLOCKS = 8
 MAX_BLOCKS = 20
 STEP = 4
 MIN_EFFECT = 0.05
+STALL_FLOOR = 1e-3  # a block's level with stalls is floored at this share of the larger side's
+FAILURES = "failed blocks"  # the metric name of a configuration's failure row
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,10 @@ class Row:
     verdict: str = "undecided"
     reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    kind: str = "level"  # "level": B/A of a metric; "failures": which side failed (metric FAILURES)
+    failed: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0})  # blocks without a successful trial
+    stalled: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0})  # trials with a value of 0
+    invalid: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0})  # blocks set aside (load ended early)
 
 
 @lru_cache(maxsize=64)
@@ -165,31 +190,70 @@ def interval(d: Sequence[float], level: float) -> tuple[float, float]:
 
 def rows_of(blocks: Sequence[Mapping[str, dict[str, Any]]], metric_names: Sequence[str] = ()) -> list[Row]:
     """Per configuration (matched by its labels) and metric with a declared direction, the block
-    differences log(B/A) of the runs' geometric means."""
+    differences log(B/A) (stalls included: `_levels`); per configuration that failed in some
+    block, its row FAILURES. A side's document with "invalid" (its load ended early) is set aside."""
     per: dict[tuple[str, str], Row] = {}
+    fails: dict[str, Row] = {}
     for blk in blocks:
         a, b = blk.get("A"), blk.get("B")
         if a is None or b is None:
             continue
-        ga, gb = _by_label(a), _by_label(b)
-        for label in sorted(set(ga) | set(gb)):
-            ta, tb = ga.get(label, []), gb.get(label, [])
-            sample = (ta or tb)[0]
+        sides = {"A": a, "B": b}
+        gs = {k: _by_label(doc) for k, doc in sides.items()}
+        for label in sorted(set(gs["A"]) | set(gs["B"])):
+            ts = {k: gs[k].get(label, []) for k in sides}
+            sample = (ts["A"] or ts["B"])[0]
             declared = metrics.for_workload(workload_of(sample))
-            names = {m for t in ta + tb if t["status"] == "ok" for m in t["metrics"]}
+            set_aside = {k for k, doc in sides.items() if doc.get("invalid")}
+            failed = {k for k in sides if k not in set_aside and not any(t["status"] == "ok" for t in ts[k])}
+            _tally(fails, label, ts, failed, set_aside)
+            names = {m for k in sides for t in ts[k] if t["status"] == "ok" for m in t["metrics"]}
             for m in sorted(names):
                 decl = declared.get(m)
                 if (metric_names and m not in metric_names) or decl is None or \
                         (decl.direction == "neither" and not metric_names):
                     continue
                 row = per.setdefault((label, m), Row(label, m, decl.unit, decl.direction, []))
-                level = _log_count if decl.estimand == "mean" else _log_mean
-                la, lb = level(ta, m), level(tb, m)
-                if la is None or lb is None:
+                for k in set_aside:
+                    row.invalid[k] += 1
+                for k in failed:
+                    row.failed[k] += 1
+                if set_aside or failed:
+                    row.missing += 1
+                    continue
+                if decl.estimand == "mean":
+                    la, lb = _log_count(ts["A"], m), _log_count(ts["B"], m)
+                    d = None if la is None or lb is None else lb - la
+                else:
+                    d = _levels(ts["A"], ts["B"], m, row)
+                if d is None:
                     row.missing += 1
                 else:
-                    row.d.append(lb - la)
-    return [per[k] for k in sorted(per)]
+                    row.d.append(d)
+    return [per[k] for k in sorted(per)] + [fails[k] for k in sorted(fails) if sum(fails[k].failed.values())]
+
+
+def _tally(fails: dict[str, Row], label: str, ts: dict[str, list[dict[str, Any]]], failed: set[str],
+           set_aside: set[str]) -> None:
+    """Count one block into its configuration's FAILURES row: blocks where each side failed, where
+    only one did (`extra.only`), failed trials per side and each side's first error."""
+    row = fails.setdefault(label, Row(label, FAILURES, "blocks", "lower", [], kind="failures", extra={
+        "only": {"A": 0, "B": 0}, "failed_trials": {"A": 0, "B": 0}, "errors": {}, "blocks": 0}))
+    if set_aside:
+        for k in set_aside:
+            row.invalid[k] += 1
+        return
+    row.extra["blocks"] += 1
+    for k, trials in ts.items():
+        bad = [t for t in trials if t["status"] != "ok"]
+        row.extra["failed_trials"][k] += len(bad)
+        if bad and k not in row.extra["errors"]:
+            err = str(bad[0].get("error") or "").strip()
+            row.extra["errors"][k] = err.splitlines()[0][:120] if err else str(bad[0]["status"])
+    for k in failed:
+        row.failed[k] += 1
+    if len(failed) == 1:
+        row.extra["only"][next(iter(failed))] += 1
 
 
 def _by_label(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -198,10 +262,27 @@ def _by_label(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {label_text(ts[0]): ts for ts in by_config(doc).values()}
 
 
-def _log_mean(trials: list[dict[str, Any]], m: str) -> float | None:
-    vals = [t["metrics"].get(m) for t in trials if t["status"] == "ok"]
-    xs = [math.log(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
-    return float(np.mean(xs)) if xs else None
+def _values(trials: list[dict[str, Any]], m: str) -> list[float]:
+    return [float(v) for t in trials if t["status"] == "ok"
+            if isinstance(v := t["metrics"].get(m), (int, float)) and math.isfinite(v) and v >= 0]
+
+
+def _levels(ta: list[dict[str, Any]], tb: list[dict[str, Any]], m: str, row: Row) -> float | None:
+    """d_j of a rate or time: log(B/A) of the geometric means; in a block where a side has a value
+    of 0 (a stall), of the arithmetic means, zeros included, each floored at STALL_FLOOR of the
+    larger (both sides all 0: a tie). Counts the stalled trials into `row.stalled`."""
+    va, vb = _values(ta, m), _values(tb, m)
+    if not va or not vb:
+        return None
+    row.stalled["A"] += va.count(0.0)
+    row.stalled["B"] += vb.count(0.0)
+    if 0.0 not in va and 0.0 not in vb:
+        return float(np.mean(np.log(vb)) - np.mean(np.log(va)))
+    ma, mb = float(np.mean(va)), float(np.mean(vb))
+    if ma == mb == 0:
+        return 0.0
+    floor = STALL_FLOOR * max(ma, mb)
+    return math.log(max(mb, floor)) - math.log(max(ma, floor))
 
 
 def _log_count(trials: list[dict[str, Any]], m: str) -> float | None:
@@ -220,16 +301,21 @@ def judge(rows: list[Row], design: Design, final: bool, intervals: bool = True) 
     decides whether to go on can skip it)."""
     level = design.look_alpha
     e = math.log1p(design.min_effect)
-    usable = [r for r in rows if len(r.d) >= 2]
+    usable = [r for r in rows if r.kind == "level" and len(r.d) >= 2]
+    failing = [r for r in rows if r.kind == "failures" and sum(r.extra["only"].values())]
     for r in usable:
         r.p_beyond, r.p_within, plain = tests(r.d, design.min_effect)
         mean = float(np.mean(r.d))
         lo, hi = interval(r.d, level) if intervals else (math.nan, math.nan)
         r.ratio, r.lo, r.hi = math.exp(mean), math.exp(lo), math.exp(hi)
         r.extra = {"p_no_change": plain, "blocks": len(r.d), "sd": float(np.std(r.d, ddof=1)) if len(r.d) > 1 else 0}
-    hb = _holm_by_question(usable, [r.p_beyond for r in usable])
+    for r in failing:
+        r.p_beyond = sign_test(r.extra["only"]["B"], r.extra["only"]["A"])
+    hb = _holm_by_question(usable + failing, [r.p_beyond for r in usable + failing])
     hw = _holm_by_question(usable, [r.p_within for r in usable])
-    for r, pb, pw in zip(usable, hb, hw, strict=True):
+    for r, pb in zip(failing, hb[len(usable):], strict=True):
+        _judge_failures(r, pb, level)
+    for r, pb, pw in zip(usable, hb[:len(usable)], hw, strict=True):
         r.p_holm_beyond, r.p_holm_within = pb, pw
         higher = (r.ratio or 1.0) > 1
         if pb <= level:
@@ -256,9 +342,49 @@ def judge(rows: list[Row], design: Design, final: bool, intervals: bool = True) 
             r.reason = (f"B/A {r.ratio:.3f} [{ends}] over {len(r.d)} blocks: neither beyond nor "
                         f"within ±{design.min_effect:.0%} yet{hint}")
     for r in rows:
-        if len(r.d) < 2:
+        if r.kind == "level" and len(r.d) < 2:
             r.verdict, r.reason = "invalid", f"{len(r.d)} block(s) with values on both sides ({r.missing} without)"
+        elif r.kind == "failures" and all(r is not f for f in failing):
+            r.verdict = "no difference"
+            r.reason = (f"A and B failed in the same {r.failed['A']} block(s) of {r.extra['blocks']}: no block where "
+                        f"only one side failed ({_failed_trials(r)})")
+        if r.kind == "level":
+            r.reason += side_notes(r)
     return rows
+
+
+def sign_test(b_only: int, a_only: int) -> float:
+    """The exact two-sided binomial p of B failing in b_only of the b_only + a_only blocks where one
+    side failed, under "B is A" (each such block's failing side a fair coin)."""
+    n = b_only + a_only
+    tail = sum(math.comb(n, i) for i in range(max(b_only, a_only), n + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def _judge_failures(r: Row, p: float, level: float) -> None:
+    only = r.extra["only"]
+    r.p_holm_beyond = p
+    worse = "B" if only["B"] > only["A"] else "A"
+    if p <= level:
+        r.verdict = "regression" if worse == "B" else "improvement"
+    else:
+        r.verdict = "undecided"
+    r.reason = (f"B failed in {r.failed['B']} of {r.extra['blocks']} block(s), A in {r.failed['A']}; only B in "
+                f"{only['B']}, only A in {only['A']} (exact sign test p = {r.p_beyond:.2g}, {p:.2g} after Holm, "
+                f"level {level:.2g}; {_failed_trials(r)})")
+
+
+def _failed_trials(r: Row) -> str:
+    ft, errors = r.extra["failed_trials"], r.extra["errors"]
+    return "; ".join(f"{k}: {ft[k]} failed trial(s)" + (f", first: {errors[k]}" if k in errors else "") for k in "AB")
+
+
+def side_notes(r: Row) -> str:
+    """What a level row's blocks lost or carried: stalled trials, failed and set-aside blocks, per side."""
+    parts = [f"{what} {k} {n[k]}" for what, n in (("stalled trials:", r.stalled), ("blocks failed:", r.failed),
+                                                  ("blocks set aside (load ended early):", r.invalid))
+             for k in "AB" if n[k]]
+    return f" [{', '.join(parts)}]" if parts else ""
 
 
 def _holm_by_question(rows: list[Row], ps: list[float | None]) -> list[float]:
@@ -267,6 +393,9 @@ def _holm_by_question(rows: list[Row], ps: list[float | None]) -> list[float]:
     1/IOPS: the same with the sign turned) are one hypothesis (analysis/questions.py)."""
     keys: dict[tuple[Any, ...], list[int]] = {}
     for i, r in enumerate(rows):
+        if r.kind == "failures":
+            keys[(r.config, FAILURES)] = [i]
+            continue
         d = np.round(np.asarray(r.d, dtype=float), 9)
         lead = next((v for v in d if v != 0), 0.0)
         keys.setdefault((r.config, tuple(d if lead >= 0 else -d)), []).append(i)
@@ -294,5 +423,26 @@ def decided(rows: Sequence[Row]) -> bool:
 
 
 def exit_status(rows: Sequence[Row]) -> int:
-    """0: no regression; 1: a regression in some row."""
-    return 1 if any(r.verdict == "regression" for r in rows) else 0
+    """1: a regression in some row; 4: none, but `incomplete`; 3: nothing measured on both sides;
+    0: no regression."""
+    if any(r.verdict == "regression" for r in rows):
+        return 1
+    if incomplete(rows):
+        return 4
+    if not any(r.kind == "level" and r.verdict != "invalid" for r in rows):
+        return 3
+    return 0
+
+
+def incomplete(rows: Sequence[Row]) -> list[str]:
+    """Why no regression is not a pass: B failed in blocks where A did not and its row is undecided;
+    a row undecided or invalid whose B side stalled; sides set aside because their load ended early."""
+    out = [f"{r.config or '(single)'}: B failed in {r.extra['only']['B']} block(s) where A did not, too few to "
+           "call it a regression" for r in rows
+           if r.kind == "failures" and r.verdict == "undecided" and r.extra["only"]["B"]]
+    out += [f"{r.config or '(single)'} {r.metric}: {r.verdict} with {r.stalled['B']} stalled trial(s) of B"
+            for r in rows if r.kind == "level" and r.verdict in ("undecided", "invalid") and r.stalled["B"]]
+    aside = {k: max((r.invalid[k] for r in rows), default=0) for k in "AB"}
+    out += [f"{k}'s load command ended before its run in {n} block(s): those runs were set aside"
+            for k, n in aside.items() if n]
+    return out

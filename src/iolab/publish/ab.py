@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,21 @@ from iolab.report.format import fmt_end
 from iolab.report.model import Note, Section, Table
 
 HEADERS = ["configuration", "metric", "blocks", "B/A [CI]", "p beyond (Holm)", "p within (Holm)", "verdict"]
-EXIT_MEANING = "exit status: 0 no regression, 1 regression, 2 input error, 3 nothing measured (README)"
+EXIT_MEANING = ("exit status: 0 no regression, 1 regression, 2 input error, 3 nothing measured, 4 incomplete "
+                "(B failed or stalled where A did not, too few blocks to call it a regression; a load ended early) "
+                "(README)")
+
+
+def incomplete(rows: list[ab.Row], load_failures: Sequence[str] = ()) -> list[str]:
+    """Why no regression is not a pass (analysis/ab.py `incomplete`), with every load that ended early."""
+    return [x for x in ab.incomplete(rows) if "load command ended" not in x or not load_failures] + list(load_failures)
+
+
+def exit_status(rows: list[ab.Row], load_failures: Sequence[str] = ()) -> int:
+    """The CLI's exit status, also the --json `exit_status`: analysis/ab.py's, and 4 when a load
+    ended early even where no row could tell (nothing measured)."""
+    status = ab.exit_status(rows)
+    return 4 if load_failures and status in (0, 3) else status
 
 
 def _p(p: float | None) -> str:
@@ -33,8 +47,22 @@ def ratio_text(r: ab.Row) -> str:
 
 
 def table_rows(rows: list[ab.Row]) -> list[list[str]]:
-    return [[r.config or "(single)", f"{r.metric} ({r.unit})" if r.unit else r.metric, str(len(r.d)), ratio_text(r),
+    return [[r.config or "(single)", f"{r.metric} ({r.unit})" if r.unit else r.metric, *_middle(r),
              _p(r.p_holm_beyond), _p(r.p_holm_within), r.verdict] for r in rows]
+
+
+def _middle(r: ab.Row) -> list[str]:
+    """The blocks and B/A columns: a failure row's blocks and which side failed in how many."""
+    if r.kind == "failures":
+        return [str(r.extra.get("blocks", "")), f"failed: A {r.failed['A']}, B {r.failed['B']}"]
+    lost = [f"{n} {k} {what}" for what, c in (("failed", r.failed), ("set aside", r.invalid)) for k in "AB"
+            if (n := c.get(k, 0))]
+    return [str(len(r.d)) + (f" ({', '.join(lost)})" if lost else ""), ratio_text(r)]
+
+
+def failure_lines(rows: list[ab.Row]) -> list[str]:
+    """Every configuration that failed somewhere, per side, whatever its row's verdict."""
+    return [f"failures: {r.config or '(single)'}: {r.reason}" for r in rows if r.kind == "failures"]
 
 
 def headline(rows: list[ab.Row], design: ab.Design, blocks: int) -> str:
@@ -50,7 +78,8 @@ def headline(rows: list[ab.Row], design: ab.Design, blocks: int) -> str:
 def text(rows: list[ab.Row], design: ab.Design, blocks: int) -> str:
     lines = [text_table(HEADERS, table_rows(rows))]
     lines += [f"{r.verdict}: {r.config or '(single)'} {r.metric}: {r.reason}" for r in rows
-              if r.verdict != "no difference"]
+              if r.verdict != "no difference" and r.kind == "level"]
+    lines += failure_lines(rows)
     lines.append(headline(rows, design, blocks))
     return "\n".join(lines)
 
@@ -70,7 +99,7 @@ class AbVerdict:
         design = self.design
         return {"run": self.run, "blocks": self.blocks,
                 "design": dataclasses.asdict(design) | {"looks": design.looks, "look_alpha": design.look_alpha},
-                "rows": [dataclasses.asdict(r) for r in self.rows], "exit_status": ab.exit_status(self.rows),
+                "rows": [dataclasses.asdict(r) for r in self.rows], "exit_status": exit_status(self.rows),
                 "test": "sign-flip permutation test of log(B/A) across blocks, beyond / within the minimum effect; "
                         "Holm over every configuration x metric; Bonferroni over the looks"}
 
@@ -86,8 +115,8 @@ def section(rows: list[ab.Row], design: ab.Design, blocks: int, variants: dict[s
                   + (f"; environment {' '.join(f'{k}={x}' for k, x in v['env'].items())}" if v.get("env") else ""))
              for k, v in variants.items()]
     notes += [Note(f"{r.verdict}: {r.config or '(single)'} {r.metric}: {r.reason}",
-                   "warn" if r.verdict in ("regression", "undecided", "invalid") else "info")
-              for r in rows if r.verdict != "no difference"]
+                   "warn" if r.verdict in ("regression", "undecided", "invalid") or r.kind == "failures" else "info")
+              for r in rows if r.verdict != "no difference" or r.kind == "failures"]
     notes.append(Note(EXIT_MEANING))
     intro = (headline(rows, design, blocks) + ". Each block ran A and B in a random order, each as a fresh run; "
              "B/A is the geometric mean of the blocks' ratios, its interval the sign-flip test inverted at the "
@@ -105,7 +134,8 @@ def analyze(doc: dict[str, Any]) -> JSONObject:
     spec_ab = (doc.get("spec") or {}).get("ab") or {}
     design = _design(spec_ab)
     kids = {c["run_id"]: c["doc"] for c in (doc.get("children") or {}).values()}
-    blocks = [{k: kids[rid] for k, rid in b["runs"].items() if rid in kids}
+    blocks = [{k: kids[rid] | ({"invalid": b["invalid"][k]} if k in (b.get("invalid") or {}) else {})
+               for k, rid in b["runs"].items() if rid in kids}
               for b in (doc.get("extra") or {}).get("blocks") or []]
     rows = ab.judge(ab.rows_of(blocks, tuple(spec_ab.get("metrics") or ())), design, True)
     return {"ab": AbVerdict(str(doc.get("run_id")), len(blocks), design, rows).as_json()}

@@ -9,6 +9,9 @@ of the variant's (e.g. `stress-ng --cpu 1` beside B only) started before its run
 it, in the same ledger as the run's resources. After every look of the design (analysis/ab.py)
 the blocks so far are judged; the study stops when every row is decided or the budget is spent.
 Child runs carry `options.ab` (`iolab history` and `compare`'s store of earlier runs leave them out).
+A load that ends before its variant's run does (it exited, or something killed it) makes that
+side of the block invalid (`extra.blocks[].invalid`, its status named) and ends the study after
+that block: the verdict sets that side aside, and the CLI exits 4 (analysis/ab.py `incomplete`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import os
 import random
 import shlex
 import shutil
+import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +32,7 @@ from rich.console import Console
 
 from iolab.analysis import ab
 from iolab.cgroups.executor import HostExecutor
-from iolab.core import signals
+from iolab.core import metrics, signals
 from iolab.core.errors import InputError, Interrupted, IolabError
 from iolab.core.exec import ExecRequest, Running, set_session_policy
 from iolab.core.resources import Ledger
@@ -44,6 +50,24 @@ class NoVerdict(IolabError):
     """An A/B study that measured nothing on both sides: neither 'regression' nor 'no regression'."""
 
     exit_status = 3
+
+
+class Incomplete(IolabError):
+    """No regression shown, but not a pass: B failed or stalled where A did not and that row is
+    undecided or invalid, or a load ended before its run (analysis/ab.py `incomplete`)."""
+
+    exit_status = 4
+
+
+def check_metric_names(a: Variant, b: Variant, names: Sequence[str]) -> None:
+    """--metric: each name must be one the variants' workloads declare (core/metrics.py), checked
+    before anything is created; the message lists the names they declare."""
+    declared = [metrics.for_workload(c.workload) for v in (a, b) for c in v.spec.configs]
+    unknown = [n for n in names if not any(n in d for d in declared)]
+    if unknown:
+        known = sorted({m.name for d in declared for m in d})
+        raise InputError(f"--metric {', '.join(map(repr, unknown))}: no such metric in A's or B's workloads; "
+                         f"they declare {', '.join(known)}")
 
 
 @dataclass
@@ -137,6 +161,7 @@ class ABStudy:
         self.children: dict[str, str] = {}
         self.rows: list[ab.Row] = []
         self.status = "running"
+        self.load_failures: list[str] = []  # a load that ended before its run: what and when
 
     @staticmethod
     def plan_lines(a: Variant, b: Variant, design: ab.Design, repetitions: int, seed: int) -> list[str]:
@@ -173,6 +198,8 @@ class ABStudy:
             for j in range(1, self.design.max_blocks + 1):
                 order = ["A", "B"] if coin.random() < 0.5 else ["B", "A"]
                 self._block(j, order)
+                if self.load_failures:  # the variant asked for was not what ran: stop, judge what is there
+                    break
                 if j in looks:
                     final = j == self.design.max_blocks
                     self.rows = ab.judge(ab.rows_of(self._documents(), self.metric_names), self.design, final,
@@ -206,13 +233,15 @@ class ABStudy:
             v = self.variants[name]
             spec = fixed_repetitions(v.spec, self.repetitions)
             spec = replace(spec, options={**spec.options, "ab": {"run": self.run_id, "variant": name, "block": j}})
-            ledger = Ledger()
+            ledger = _WatchedLedger()
             saved = {k: os.environ.get(k) for k in v.env}
             load: tuple[HostExecutor, Running] | None = None
+            watch: LoadWatch | None = None
             try:
                 os.environ.update(v.env)  # the variant's tools (PATH) and environment, for its run only
                 if v.load:
                     load = _start_load(v.load, ledger, spec.settings.workload_session)
+                    watch = ledger.watch = LoadWatch(load[1])
                 runner = Runner(spec, self.store, self.console, ledger=ledger, before_group=v.hook)
                 runner.instantiate()
                 child = runner.start()
@@ -225,6 +254,8 @@ class ABStudy:
                 runner.run()
             finally:
                 with signals.held():  # a second Ctrl-C must not strand the load or the ledger's entries
+                    if watch is not None:
+                        watch.stopping = True
                     if load is not None:
                         _stop_load(*load)
                     ledger.release_all()  # also ends a load whose start a signal cut short (its pgroup entry)
@@ -233,9 +264,18 @@ class ABStudy:
                             os.environ.pop(k, None)
                         else:
                             os.environ[k] = old
+            if watch is not None and (how := watch.early()):
+                why = (f"block {j}: {name}'s load `{shlex.join(v.load)}` {how}, before {name}'s run {child} ended: "
+                       f"that run is set aside and the study stops (--load-{name.lower()})")
+                entry.setdefault("invalid", {})[name] = why
+                self.load_failures.append(why)
+                self.store.set_extra(self.run_id, "blocks", self.blocks)
+                self.console.print(f"[red]{why}[/red]")
 
     def _documents(self) -> list[dict[str, dict[str, Any]]]:
-        return [{k: trials_document(self.store, rid) for k, rid in blk["runs"].items()} for blk in self.blocks]
+        return [{k: trials_document(self.store, rid) | ({"invalid": blk["invalid"][k]} if k in blk.get("invalid", {})
+                                                        else {}) for k, rid in blk["runs"].items()}
+                for blk in self.blocks]
 
 
 def trials_document(store: Store, run_id: str) -> dict[str, Any]:
@@ -256,6 +296,54 @@ def _start_load(argv: list[str], ledger: Ledger, session: str) -> tuple[HostExec
         return executor, executor.spawn(ExecRequest(argv=argv, timeout_s=LOAD_TIMEOUT_S))
     finally:
         set_session_policy(previous)
+
+
+class LoadWatch:
+    """Waits in a thread, without reaping (WNOWAIT: `Running.wait` still reaps), for the load to
+    end, and keeps how it ended, so a load that ended before its run is told from the kill that
+    ends it with the run (`stopping`, set before the run's ledger or `_stop_load` kills it)."""
+
+    def __init__(self, running: Running):
+        self.pid: int = running.proc.pid  # type: ignore[attr-defined]  # a HostExecutor's process
+        self.t0 = time.monotonic()
+        self.stopping = False
+        self.ended: tuple[str, float, bool] | None = None  # (how, seconds after its start, while stopping)
+        self.thread = threading.Thread(target=self._wait, name=f"ab-load-{self.pid}", daemon=True)
+        self.thread.start()
+
+    def _wait(self) -> None:
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+        except OSError:  # reaped already: ended by iolab's own kill
+            return
+        if info is None:
+            return
+        stopping = self.stopping
+        if info.si_code == os.CLD_EXITED:
+            how = f"exited with status {info.si_status}"
+        else:
+            how = f"was killed by {signal.Signals(info.si_status).name}"
+        self.ended = (how, time.monotonic() - self.t0, stopping)
+
+    def early(self) -> str:
+        """'' while it ran until its run ended; else how and when it ended."""
+        self.thread.join(timeout=5)
+        if self.ended is None or self.ended[2]:
+            return ""
+        how, after, _ = self.ended
+        return f"{how} {after:.1f} s after it started"
+
+
+class _WatchedLedger(Ledger):
+    """A block side's ledger: its release (the run's end) tells the load's watch that what ends
+    the load now is iolab."""
+
+    watch: LoadWatch | None = None
+
+    def release_all(self) -> list[str]:
+        if self.watch is not None:
+            self.watch.stopping = True
+        return super().release_all()
 
 
 def _stop_load(executor: HostExecutor, running: Running) -> None:
