@@ -67,6 +67,7 @@ class NoiseModel:
     pairs: int  # consecutive pairs of runs it was estimated from
     tails: float = math.inf  # degrees of freedom of the Student t innovations (inf: normal)
     far: float = 0.0  # share of the pooled innovations beyond 3 robust SDs, which chose `tails`
+    unclipped: float | None = None  # the bias-corrected estimate when it fell outside [-1, 1] (then clipped)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,8 @@ class SeriesResult:
     p_any: float = 1.0  # the series' top-level test ("any change")
     p_newest: float = 1.0  # the suspicion test of the newest runs
     logged: bool = True
+    resolution: float = 0.0  # h: each tested value's error bound (log scale when logged; `transform`)
+    scale: float = 1.0  # a raw series was divided by this before testing
 
 
 # -- the AR(1) model ----------------------------------------------------------------------------
@@ -145,9 +148,11 @@ def candidates(n: int, circular: bool) -> tuple[np.ndarray, np.ndarray]:
     return i[keep], j[keep]
 
 
-def statistics(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray) -> np.ndarray:
+def statistics(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray, h: float = 0.0) -> np.ndarray:
     """|mean(inside) - mean(outside)| / (s * sqrt(var)) for rows of x (..., n), s the pooled
-    within-group SD of inside and outside. Rows without spread give 0 (no step) or inf."""
+    within-group SD of inside and outside. Rows without spread give 0 (no step) or inf. `h`: the
+    values' resolution (each off by at most h): the difference loses 2 h (what the tool cannot
+    tell from no difference) and s is at least h / sqrt(3) (a uniform rounding error's SD)."""
     n = x.shape[-1]
     zero = np.zeros(x.shape[:-1] + (1,))
     c1 = np.concatenate([zero, np.cumsum(x, axis=-1)], axis=-1)
@@ -157,8 +162,8 @@ def statistics(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray) -> 
     out1, out2 = c1[..., -1:] - in1, c2[..., -1:] - in2
     mi, mo = in1 / m, out1 / (n - m)
     ss = np.maximum((in2 - m * mi**2) + (out2 - (n - m) * mo**2), 0.0)
-    s = np.sqrt(ss / (n - 2))
-    diff = np.abs(mi - mo)
+    s = np.maximum(np.sqrt(ss / (n - 2)), h / math.sqrt(3))
+    diff = np.maximum(np.abs(mi - mo) - 2 * h, 0.0)
     tiny = 1e-12 * (np.abs(mi) + np.abs(mo) + 1e-300)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(s > tiny, diff / (s * np.sqrt(var)), np.where(diff > tiny, np.inf, 0.0))
@@ -195,14 +200,20 @@ def segment_null(n: int, rho: float, circular: bool, size: int = NULL_SERIES, ta
 
 
 @lru_cache(maxsize=512)
-def newest_null(n: int, rho: float, size: int = NULL_SERIES, tails: float = math.inf) -> np.ndarray:
-    """Sorted maxima over k in NEWEST of the newest-k statistics, `size` flat series of length n."""
+def newest_null(n: int, rho: float, size: int = NULL_SERIES, tails: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+    """(per k in NEWEST the sorted newest-k statistics, the sorted smallest of each series' own
+    p-values over k) of `size` simulated flat series of length n: the k are combined by min-p."""
     rng = np.random.default_rng([n, int(rho * 1000), 7, 0 if math.isinf(tails) else int(tails)])
-    out = []
-    for start in range(0, size, 50_000):
-        x = ar1(rng, min(50_000, size - start), n, rho, tails)
-        out.append(_newest_stats(x, rho).max(axis=-1))
-    return np.sort(np.concatenate(out))
+    stats = np.concatenate([_newest_stats(ar1(rng, min(50_000, size - start), n, rho, tails), rho)
+                            for start in range(0, size, 50_000)])
+    cols = np.sort(stats, axis=0).T
+    ps = np.stack([_tail_share(c, stats[:, q]) for q, c in enumerate(cols)], axis=-1)
+    return cols, np.sort(ps.min(axis=-1))
+
+
+def _tail_share(null: np.ndarray, stat: np.ndarray) -> np.ndarray:
+    """Share of the sorted null at least as large as each stat."""
+    return (len(null) - np.searchsorted(null, stat * (1 - 1e-9), side="left")) / len(null)
 
 
 def null_size(hypotheses: int, alpha: float = ALPHA) -> int:
@@ -210,17 +221,23 @@ def null_size(hypotheses: int, alpha: float = ALPHA) -> int:
     return int(min(MAX_NULL, max(NULL_SERIES, 20 * hypotheses / alpha)))
 
 
-def _newest_stats(x: np.ndarray, rho: float) -> np.ndarray:
-    """(..., len(NEWEST)) the newest-k contrasts' t statistics, s from the baseline alone."""
+def _newest_stats(x: np.ndarray, rho: float, h: float = 0.0) -> np.ndarray:
+    """(..., len(NEWEST)) per k: how far the newest k runs lie beyond the baseline's mean, all on one
+    side (else 0), without the farthest of them (k >= 2: the mean of the k - 1 others; the
+    smallest contrast left when any one run is removed), in baseline SDs. One odd run among the
+    newest k cannot make their change: the others must have moved too. `h`: the values'
+    resolution (as in `statistics`)."""
     n = x.shape[-1]
     out = []
     for k in NEWEST:
         base, new = x[..., : n - k], x[..., n - k:]
-        s = base.std(axis=-1, ddof=1)
-        diff = np.abs(new.mean(axis=-1) - base.mean(axis=-1))
-        v = tail_variance(n, rho, k)
+        s = np.maximum(base.std(axis=-1, ddof=1), h / math.sqrt(3))
+        d = new - base.mean(axis=-1, keepdims=True)
+        same = np.all(d > 0, axis=-1) | np.all(d < 0, axis=-1)
+        kept = np.sort(np.abs(d), axis=-1)[..., : max(k - 1, 1)].mean(axis=-1)
+        diff = np.where(same, np.maximum(kept - 2 * h, 0.0), 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            out.append(np.where(s > 0, diff / (s * math.sqrt(v)), np.where(diff > 0, np.inf, 0.0)))
+            out.append(np.where(s > 0, diff / s, np.where(diff > 0, np.inf, 0.0)))
     return np.stack(out, axis=-1)
 
 
@@ -248,16 +265,17 @@ def noise_model(segments: Sequence[np.ndarray]) -> NoiseModel:
         pairs += len(seg) - 1
         lengths.append(len(seg))
         resid.append(r)
-    if pairs == 0 or den <= 0:
+    if pairs == 0 or not den > 0 or not math.isfinite(num / den):
         return NoiseModel(0.0, 0.0, 0)
     raw = num / den
     length = float(np.mean(lengths))
-    est = (raw * length + 1) / (length - 4) if length > 5 else raw + 0.3
+    corrected = (raw * length + 1) / (length - 4) if length > 5 else raw + 0.3
+    est = min(max(corrected, -1.0), 1.0)  # a correlation: the correction of a short series can overshoot
     margin = math.sqrt(max(1 - est * est, 0.05) / pairs)
     rho = float(np.clip(math.ceil((est + margin) * 20) / 20, 0.0, RHO_MAX))  # up to a 0.05 grid: fewer nulls
     innov = np.concatenate([r[1:] - raw * r[:-1] for r in resid])
     tails, far = tails_for(innov)
-    return NoiseModel(rho, est, pairs, tails, far)
+    return NoiseModel(rho, est, pairs, tails, far, None if est == corrected else corrected)
 
 
 TAILS = (30.0, 12.0, 8.0, 6.0, 5.0, 4.0, 3.0)  # Student t innovations the nulls may be simulated with
@@ -294,41 +312,41 @@ def tails_for(innov: np.ndarray) -> tuple[float, float]:
 
 
 # -- one series ---------------------------------------------------------------------------------
-def _best(x: np.ndarray, lo: int, hi: int, rho: float) -> tuple[int, int, float] | None:
+def _best(x: np.ndarray, lo: int, hi: int, rho: float, h: float = 0.0) -> tuple[int, int, float] | None:
     """(i, j, statistic) of the strongest candidate in x[lo:hi] (absolute indices), or None."""
     seg = x[lo:hi]
     n = len(seg)
     i, j = candidates(n, circular=True)
     if len(i) == 0:
         return None
-    t = statistics(seg[None, :], i, j, interval_variance(n, rho, i, j))[0]
+    t = statistics(seg[None, :], i, j, interval_variance(n, rho, i, j), h)[0]
     b = int(np.argmax(t))
     return lo + int(i[b]), lo + int(j[b]), float(t[b])
 
 
 def _split_p(x: np.ndarray, lo: int, cut: int, hi: int, rho: float, nulls: int = NULL_SERIES,
-             tails: float = math.inf) -> float:
+             tails: float = math.inf, h: float = 0.0) -> float:
     """p of the single split of x[lo:hi] at cut, against the largest split statistic of a flat
     segment that long; 1 when a side is shorter than MIN_SIDE."""
     if cut - lo < MIN_SIDE or hi - cut < MIN_SIDE:
         return 1.0
     n = hi - lo
     t = np.array([cut - lo])
-    stat = float(statistics(x[None, lo:hi], t, np.full_like(t, n), split_variance(n, rho, t))[0, 0])
+    stat = float(statistics(x[None, lo:hi], t, np.full_like(t, n), split_variance(n, rho, t), h)[0, 0])
     return p_of(segment_null(n, rho, False, nulls, tails), stat)
 
 
 def segment(x: np.ndarray, rho: float, level: float, nulls: int = NULL_SERIES,
-            tails: float = math.inf) -> tuple[list[tuple[int, float]], float]:
+            tails: float = math.inf, h: float = 0.0) -> tuple[list[tuple[int, float]], float]:
     """Binary segmentation of x at `level`: ([(index, p)] of the confirmed change points, the p of
-    the top-level test of the whole series)."""
+    the top-level test of the whole series); `h` the values' resolution."""
     found: list[tuple[int, float]] = []
     p_top = 1.0
     todo = [(0, len(x))]
     first = True
     while todo:
         lo, hi = todo.pop()
-        best = _best(x, lo, hi, rho)
+        best = _best(x, lo, hi, rho, h)
         if best is None:
             first = False
             continue
@@ -338,8 +356,8 @@ def segment(x: np.ndarray, rho: float, level: float, nulls: int = NULL_SERIES,
             p_top, first = p_seg, False
         if p_seg > level:
             continue
-        ends = [(c, _split_p(x, lo, c, j, rho, nulls, tails) if c == i
-                 else _split_p(x, i if i > lo else lo, c, hi, rho, nulls, tails))
+        ends = [(c, _split_p(x, lo, c, j, rho, nulls, tails, h) if c == i
+                 else _split_p(x, i if i > lo else lo, c, hi, rho, nulls, tails, h))
                 for c in (i, j) if lo < c < hi]
         kept = [(c, p) for c, p in ends if p <= level]
         found += kept
@@ -349,18 +367,35 @@ def segment(x: np.ndarray, rho: float, level: float, nulls: int = NULL_SERIES,
     return sorted(found), p_top
 
 
-def newest_p(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, tails: float = math.inf) -> float:
+def newest_p(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, tails: float = math.inf,
+             h: float = 0.0) -> float:
     """p of "the newest runs moved", against the baseline x[start:-k]; 1 without MIN_BASELINE runs."""
+    return newest_test(x, start, rho, nulls, tails, h)[0]
+
+
+def newest_test(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, tails: float = math.inf,
+                h: float = 0.0) -> tuple[float, int]:
+    """(p, k): the newest-k tests combined by their smallest p-value (its null simulated), and the
+    k that gave it (the largest of equally small ones: every run that moved belongs to the change)."""
     n = len(x) - start
     if n - max(NEWEST) < MIN_BASELINE:
-        return 1.0
-    stat = float(_newest_stats(x[None, start:], rho).max())
-    return p_of(newest_null(n, rho, nulls, tails), stat)
+        return 1.0, NEWEST[0]
+    cols, minp = newest_null(n, rho, nulls, tails)
+    stats = _newest_stats(x[None, start:], rho, h)[0]
+    ps = [float(_tail_share(c, np.array([v]))[0]) for c, v in zip(cols, stats, strict=True)]
+    best = min(ps)
+    k = max(kk for kk, pk in zip(NEWEST, ps, strict=True) if pk <= best)
+    above = int(np.searchsorted(minp, best * (1 + 1e-9), side="right"))
+    return (1 + above) / (len(minp) + 1), k
 
 
-def sizes(x: np.ndarray, cuts: list[int], rho: float, logged: bool) -> list[tuple[float, float, float, float, float]]:
+Size = tuple[float, float, float, float, float]  # (before, after, ratio or difference, lo, hi): `sizes`
+
+
+def sizes(x: np.ndarray, cuts: list[int], rho: float, logged: bool, h: float = 0.0) -> list[Size]:
     """Per cut: (before, after, ratio, lo, hi) of the segments on either side, 95 % interval by t on
-    the residual degrees of freedom of all segments, variance from the AR(1) model."""
+    the residual degrees of freedom of all segments, variance from the AR(1) model, widened on each
+    side by 2 h (each segment's mean is off by at most the values' resolution h: never zero width)."""
     edges = [0, *cuts, len(x)]
     pieces = list(zip(edges, edges[1:], strict=False))
     ss = sum(float(((x[a:b] - x[a:b].mean()) ** 2).sum()) for a, b in pieces)
@@ -375,76 +410,100 @@ def sizes(x: np.ndarray, cuts: list[int], rho: float, logged: bool) -> list[tupl
         a, b = edges[k], edges[k + 2]
         seg = x[a:b]
         d = float(x[c:b].mean() - x[a:c].mean())
-        h = q * s * math.sqrt(float(split_variance(len(seg), rho, np.array([c - a]))[0]))
+        w = q * s * math.sqrt(float(split_variance(len(seg), rho, np.array([c - a]))[0])) + 2 * h
         mb, ma = float(x[a:c].mean()), float(x[c:b].mean())
         if logged:
-            out.append((math.exp(mb), math.exp(ma), math.exp(d), math.exp(d - h), math.exp(d + h)))
+            out.append((math.exp(mb), math.exp(ma), math.exp(d), math.exp(d - w), math.exp(d + w)))
         else:
-            out.append((mb, ma, d, d - h, d + h))
+            out.append((mb, ma, d, d - w, d + w))
     return out
 
 
 # -- the family ---------------------------------------------------------------------------------
 def analyse(family: Mapping[Hashable, Sequence[float]], alpha: float = ALPHA, rho: float | None = None,
-            tails: float = math.inf) -> tuple[dict[Hashable, SeriesResult], NoiseModel]:
+            tails: float = math.inf, resolution: Mapping[Hashable, Sequence[float]] | None = None,
+            ) -> tuple[dict[Hashable, SeriesResult], NoiseModel]:
     """Every series of a study at once: the noise model from all of them, Holm over the family
     of their top-level and newest-run tests, the changes of each. `rho` (and `tails`): use this
-    noise model instead of estimating it (power simulations)."""
-    data = {k: _transform(v) for k, v in family.items()}
+    noise model instead of estimating it (power simulations). `resolution`: per series, each
+    value's error bound in its own units (the tool's clock tick or histogram bucket, as
+    `manifest.resolution` records it; `transform`)."""
+    data = {k: transform(v, (resolution or {}).get(k)) for k, v in family.items()}
     model = NoiseModel(rho, rho, 0, tails) if rho is not None else _model(data)
     r, tl = model.rho, model.tails
     nulls = null_size(2 * len(data), alpha)
     tops: dict[Hashable, float] = {}
     newest: dict[Hashable, float] = {}
-    for k, (x, _) in data.items():
-        _, tops[k] = segment(x, r, 0.0, nulls, tl) if len(x) >= 2 * MIN_SIDE else ([], 1.0)
+    for k, (x, _, _, h) in data.items():
+        _, tops[k] = segment(x, r, 0.0, nulls, tl, h) if len(x) >= 2 * MIN_SIDE else ([], 1.0)
     keys = list(data)
     # Holm over the "any change" tests first pass: which series change at all
     hyps = [("any", k) for k in keys] + [("newest", k) for k in keys]
     # the newest-run test needs the confirmed segmentation for its baseline: computed at a level
     # found by Holm's first step (conservative: the smallest level Holm could use)
     first_level = alpha / len(hyps) if hyps else alpha
-    cuts0 = {k: segment(data[k][0], r, first_level, nulls, tl)[0] if tops[k] <= first_level else [] for k in keys}
+    cuts0 = {k: segment(data[k][0], r, first_level, nulls, tl, data[k][3])[0] if tops[k] <= first_level else []
+             for k in keys}
     starts: dict[Hashable, int] = {}
+    ks: dict[Hashable, int] = {}
     for k in keys:
-        x = data[k][0]
+        x, h = data[k][0], data[k][3]
         starts[k] = max([c for c, _ in cuts0[k] if c <= len(x) - max(NEWEST) - MIN_BASELINE] or [0])
-        newest[k] = newest_p(x, starts[k], r, nulls, tl)
+        newest[k], ks[k] = newest_test(x, starts[k], r, nulls, tl, h)
     ps = [tops[k] for k in keys] + [newest[k] for k in keys]
     adjusted = holm(ps)
     levels = _holm_levels(ps, alpha)
     out: dict[Hashable, SeriesResult] = {}
     for idx, k in enumerate(keys):
-        x, logged = data[k]
-        res = SeriesResult(p_any=tops[k], p_newest=newest[k], logged=logged)
+        x, logged, scale, h = data[k]
+        res = SeriesResult(p_any=tops[k], p_newest=newest[k], logged=logged, resolution=h, scale=scale)
         if adjusted[idx] <= alpha:
-            cuts = segment(x, r, levels[idx], nulls, tl)[0]
-            res.changes += _changes(x, cuts, r, logged, "confirmed", levels[idx])
+            cuts = segment(x, r, levels[idx], nulls, tl, h)[0]
+            res.changes += _changes(x, cuts, r, res, "confirmed", levels[idx])
         j = idx + len(keys)
         covered = any(c.index > len(x) - max(NEWEST) - MIN_BASELINE for c in res.changes)
         if adjusted[j] <= alpha and not covered:  # a change confirmed among the newest runs explains them
-            res.changes += _suspected(x, r, logged, newest[k], levels[j], starts[k])
+            res.changes += _suspected(x, r, res, levels[j], starts[k], ks[k])
         out[k] = res
     return out, model
 
 
-def _transform(values: Sequence[float]) -> tuple[np.ndarray, bool]:
+def transform(values: Sequence[float], bounds: Sequence[float] | None = None) -> tuple[np.ndarray, bool, float, float]:
+    """(the series as tested, logged, scale, h): the log of a positive series; else the values
+    divided by their largest magnitude (`scale`: 1e303 and 0 in one series must not overflow).
+    h is the values' resolution on that scale: the largest error bound in `bounds` (relative to
+    its value when logged, up to a factor 2), and at least half the smallest gap between distinct
+    values when the series repeats itself (at most half of its values before the newest runs
+    distinct, and it returns to a level it left: a quantised metric jittering between buckets,
+    not a clean step) -- a difference within it is not evidence of a change."""
     x = np.asarray(values, dtype=float)
     if not np.all(np.isfinite(x)):
         raise ValueError("change points need finite values")
-    if len(x) and np.all(x > 0):
-        return np.log(x), True
-    return x, False
+    b = np.zeros(len(x)) if bounds is None else np.abs(np.nan_to_num(np.asarray(bounds, dtype=float)))
+    logged = bool(len(x)) and bool(np.all(x > 0))
+    if logged:
+        y, scale = np.log(x), 1.0
+        h = float(np.max(-np.log1p(-np.minimum(b / x, 0.5)))) if len(x) else 0.0
+    else:
+        scale = float(np.max(np.abs(x))) if len(x) and np.any(x) else 1.0
+        y, h = x / scale, float(np.max(b, initial=0.0)) / scale
+    known = y[: len(y) - max(NEWEST)]  # the newest runs are judged, they never set the scale they are judged on
+    levels, at = np.unique(known, return_inverse=True)
+    gaps = np.diff(levels)
+    returns = np.count_nonzero(np.diff(at)) > len(gaps)  # it goes back to a level (a staircase does not)
+    if len(known) >= 2 * MIN_SIDE and 1 <= len(gaps) < len(known) // 2 and returns:
+        h = max(h, float(gaps.min()) / 2)
+    return y, logged, scale, h
 
 
-def _model(data: Mapping[Hashable, tuple[np.ndarray, bool]]) -> NoiseModel:
+def _model(data: Mapping[Hashable, tuple[np.ndarray, bool, float, float]]) -> NoiseModel:
     """Two passes: segments of a first segmentation under independence, then under the first model."""
     model = NoiseModel(0.0, 0.0, 0)
     for _ in range(2):
         segs = []
-        for x, _logged in data.values():
+        for x, _logged, _scale, h in data.values():
             level = ALPHA / max(len(data), 1)
-            cuts = [c for c, _ in segment(x, model.rho, level, null_size(len(data)), model.tails)[0]] \
+            cuts = [c for c, _ in segment(x, model.rho, level, null_size(len(data)), model.tails, h)[0]] \
                 if len(x) >= 2 * MIN_SIDE else []
             # the newest runs are what the newest-run test judges: they never shape the noise it is judged by
             known = len(x) - max(NEWEST) if len(x) > 2 * max(NEWEST) else len(x)
@@ -463,18 +522,26 @@ def _holm_levels(ps: Sequence[float], alpha: float) -> list[float]:
     return out
 
 
-def _changes(x: np.ndarray, cuts: list[tuple[int, float]], rho: float, logged: bool, status: str,
+def _scaled(size: Size, res: SeriesResult) -> Size:
+    """A raw series' size back in its own units (it was tested divided by `res.scale`)."""
+    if res.logged:
+        return size
+    before, after, d, lo, hi = (v * res.scale for v in size)
+    return before, after, d, lo, hi
+
+
+def _changes(x: np.ndarray, cuts: list[tuple[int, float]], rho: float, res: SeriesResult, status: str,
              level: float) -> list[Change]:
     idx = [c for c, _ in cuts]
     edges = [*idx, len(x)]
-    return [Change(c, status, p, level, *size, edges[k + 1] - c)
-            for k, ((c, p), size) in enumerate(zip(cuts, sizes(x, idx, rho, logged), strict=True))]
+    return [Change(c, status, p, level, *_scaled(size, res), edges[k + 1] - c)
+            for k, ((c, p), size) in enumerate(zip(cuts, sizes(x, idx, rho, res.logged, res.resolution),
+                                                   strict=True))]
 
 
-def _suspected(x: np.ndarray, rho: float, logged: bool, p: float, level: float, start: int) -> list[Change]:
-    """The newest-run suspicion as a change at the newest k runs (the k whose statistic is larger)."""
-    stats = _newest_stats(x[None, start:], rho)[0]
-    k = NEWEST[int(np.argmax(stats))]
-    before, after, ratio, lo, hi = sizes(x[start:], [len(x) - start - k], rho, logged)[0]
-    return [Change(len(x) - k, "confirmed" if k >= MIN_SIDE else "suspected", p, level, before, after, ratio, lo,
-                   hi, k)]
+def _suspected(x: np.ndarray, rho: float, res: SeriesResult, level: float, start: int, k: int) -> list[Change]:
+    """The newest-run suspicion as a change at the newest k runs (the k of the smallest p): with
+    k = MIN_SIDE runs every one beyond the baseline it is confirmed, with fewer suspected."""
+    size = sizes(x[start:], [len(x) - start - k], rho, res.logged, res.resolution)[0]
+    return [Change(len(x) - k, "confirmed" if k >= MIN_SIDE else "suspected", res.p_newest, level,
+                   *_scaled(size, res), k)]

@@ -46,6 +46,7 @@ class Point:
     value: float
     n: int  # successful trials behind the value
     versions: dict[str, Any]
+    resolution: float = 0.0  # the value's error bound (its trials' largest manifest.resolution), in its units
 
 
 @dataclass
@@ -96,7 +97,8 @@ class History:
     alpha: float = cp.ALPHA
     method: str = ("median per run (a count: its mean per trial); circular binary segmentation, each end tested on "
                    "its own (>= 3 runs per side), "
-                   "newest 1-3 runs against the baseline window; AR(1) between runs; Holm over every configuration "
+                   "newest 1-3 runs, every one beyond the baseline window; differences within the tools' "
+                   "resolution are not evidence; AR(1) between runs; Holm over every configuration "
                    "and metric at 5 %")
 
 
@@ -131,6 +133,7 @@ def build(runs: list[RunData], metric: str | tuple[str, ...] | None = None, conf
     decls: dict[tuple[str, str], metrics.Metric | None] = {}
     for rec in kept:
         values: dict[tuple[str, str], list[float]] = {}
+        steps: dict[tuple[str, str], float] = {}
         for t in rec.trials:
             if t.status != "ok" or t.config_id not in names:
                 continue
@@ -140,14 +143,19 @@ def build(runs: list[RunData], metric: str | tuple[str, ...] | None = None, conf
                 v = t.metrics.get(m)
                 if isinstance(v, (int, float)) and math.isfinite(v):
                     values.setdefault((t.config_id, m), []).append(float(v))
+                    step = ((t.manifest or {}).get("resolution") or {}).get(m)
+                    if isinstance(step, (int, float)) and math.isfinite(step) and step > 0:
+                        steps[(t.config_id, m)] = max(steps.get((t.config_id, m), 0.0), float(step))
                     if (t.config_id, m) not in decls:
                         decls[(t.config_id, m)] = metrics.for_workload((t.params or {}).get("_workload") or {}).get(m)
         for key, vs in values.items():
             raw.setdefault(key, []).append(Point(rec.run_id, rec.created, run_value(decls.get(key), vs), len(vs),
-                                                 {k: rec.environment.get(k) for k, _ in ENVIRONMENT}))
+                                                 {k: rec.environment.get(k) for k, _ in ENVIRONMENT},
+                                                 steps.get(key, 0.0)))
     keys = sorted(raw)
     family: dict[Hashable, list[float]] = {k: [p.value for p in raw[k]] for k in keys}
-    results, model = cp.analyse(family) if family else ({}, cp.NoiseModel(0.0, 0.0, 0))
+    bounds: dict[Hashable, list[float]] = {k: [p.resolution for p in raw[k]] for k in keys}
+    results, model = cp.analyse(family, resolution=bounds) if family else ({}, cp.NoiseModel(0.0, 0.0, 0))
     out = []
     for key in keys:
         cid, m = key
@@ -161,7 +169,11 @@ def build(runs: list[RunData], metric: str | tuple[str, ...] | None = None, conf
         s.events = replay(points, res, model.rho, cp.ALPHA / max(2 * len(keys), 1), cp.null_size(2 * len(keys)),
                           model.tails)
         out.append(s)
-    return History(out, model.rho, model.estimate, len(keys), tails=model.tails)
+    hist = History(out, model.rho, model.estimate, len(keys), tails=model.tails)
+    if model.unclipped is not None:
+        hist.method += (f"; rho's bias-corrected estimate {model.unclipped:.2f} lies outside [-1, 1] (too few runs "
+                        f"per segment for the correction) and was clipped to {model.estimate:.2f}")
+    return hist
 
 
 def run_value(decl: metrics.Metric | None, values: list[float]) -> float:
@@ -175,7 +187,7 @@ def run_value(decl: metrics.Metric | None, values: list[float]) -> float:
 
 def _noise(points: list[Point], res: cp.SeriesResult, rho: float) -> float | None:
     """The series' SD between runs around its segments (log scale when logged), for --power."""
-    x = np.log([p.value for p in points]) if res.logged else np.asarray([p.value for p in points])
+    x = _tested(points, res)
     cuts = [c.index for c in res.changes if c.status == "confirmed"]
     edges = [0, *cuts, len(x)]
     pieces = [x[a:b] for a, b in zip(edges, edges[1:], strict=False) if b - a >= 2]
@@ -183,7 +195,7 @@ def _noise(points: list[Point], res: cp.SeriesResult, rho: float) -> float | Non
         return None
     ss = sum(float(((p - p.mean()) ** 2).sum()) for p in pieces)
     expected = sum(len(p) - float(cp.correlation(len(p), rho).sum()) / len(p) for p in pieces)
-    return math.sqrt(ss / expected) if expected > 0 else None
+    return math.sqrt(ss / expected) * (1.0 if res.logged else res.scale) if expected > 0 else None
 
 
 def _named(c: cp.Change, points: list[Point], direction: str) -> Change:
@@ -202,7 +214,7 @@ def replay(points: list[Point], res: cp.SeriesResult, rho: float, level: float,
     """The newest-run test as it would have answered after each run (the runs known then, the
     baseline since the confirmed change before it), at Holm's first-step level: when a change
     was first suspected, and whether it was then confirmed or withdrawn."""
-    x = np.log([p.value for p in points]) if res.logged else np.asarray([p.value for p in points])
+    x = _tested(points, res)
     confirmed = sorted(c.index for c in res.changes if c.status == "confirmed")
     events: list[Event] = []
     open_at: int | None = None
@@ -211,10 +223,9 @@ def replay(points: list[Point], res: cp.SeriesResult, rho: float, level: float,
                                    for c in confirmed):
             continue  # the newest runs follow a change already confirmed: they are explained (as in analyse)
         start = max([c for c in confirmed if c <= t - max(cp.NEWEST) - cp.MIN_BASELINE] or [0])
-        p = cp.newest_p(x[:t], start, rho, nulls, tails)
+        p, k = cp.newest_test(x[:t], start, rho, nulls, tails, res.resolution)
         if p <= level:
-            stats = cp._newest_stats(x[None, start:t], rho)[0]
-            at = t - cp.NEWEST[int(np.argmax(stats))]
+            at = t - k
             if open_at is None:
                 events.append(Event(t - 1, "suspected", at))
                 open_at = at
@@ -227,3 +238,9 @@ def replay(points: list[Point], res: cp.SeriesResult, rho: float, level: float,
             events.append(Event(t - 1, "withdrawn", open_at))
             open_at = None
     return events
+
+
+def _tested(points: list[Point], res: cp.SeriesResult) -> np.ndarray:
+    """The series as analyse tested it: logs, or the values over the series' scale (no overflow)."""
+    v = np.asarray([p.value for p in points], dtype=float)
+    return np.log(v) if res.logged else v / res.scale
