@@ -165,3 +165,31 @@ def test_a_stall_of_every_trial_has_no_upper_bound_printed_as_zero() -> None:
         t["metrics"]["iops"] = 0.0
     row = next(r for r in compare_runs(a, b)["rows"] if r["metric"] == "iops")
     assert row["ratio"] == 0.0 and row["ratio_ci95"] == [0.0, None] and row["stalled"]["b"] == len(b["trials"])
+
+
+RATE_DECL = {"main_metric": "ops", "metrics": {"ops": {"unit": "ops/s", "direction": "higher", "aggregate": "mean",
+                                                       "domain": "nonneg", "description": "operations per second"}}}
+
+
+def _rate_doc(run_id: str, created: float, value: float, configs: int = 4, reps: int = 3) -> dict[str, Any]:
+    """Every repetition of every configuration the same value: a deterministic (or coarsely
+    quantised) metric with no resolution declared."""
+    trials = [{"id": f"cfg{c}-r{r}", "params": {"cfg": c, "_workload": {"kind": "mytool"}}, "status": "ok",
+               "metrics": {"ops": value * (c + 1)}, "manifest": {"declarations": RATE_DECL}, "flags": []}
+              for c in range(configs) for r in range(reps)]
+    return {"run_id": run_id, "created": created, "study": "s", "environment": {"hostname": "h"}, "trials": trials}
+
+
+@pytest.mark.parametrize("factor", [1.001, 1.03, 0.95])
+def test_identical_stored_runs_are_no_estimate_of_run_to_run_noise(factor: float) -> None:
+    """Six stored runs whose every value is the same: the store's run-level spread was 0, so B 0.1 %
+    off was [1.001, 1.001] with p = 0 (and 3 % a certain regression). Identical values estimate no
+    spread: the floor is assumed, said so, and every interval has width and holds B/A."""
+    hist = [_rate_doc(f"h{k}", 1.0 + k, 1000.0) for k in range(6)]
+    res = compare_runs(hist[-1], _rate_doc("B", 100.0, 1000.0 * factor), history=hist[:-1])
+    assert "values are all identical" in res["noise"]["message"], res["noise"]
+    for r in res["rows"]:
+        lo, hi = r["ratio_ci95"]
+        assert r["noise"]["source"] == "floor" and r["noise"]["store_identical"] == 6, r["noise"]
+        assert math.log(hi / lo) > 0.05 and lo <= factor <= hi, r
+        assert r["p_no_change"] > 1e-3, r

@@ -25,24 +25,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.core.helpers import IOLAB, Lab, drive, make_lab, needs_root
+from tests.core.helpers import IOLAB, Lab, drive, make_lab, needs_root, sysbench_cpu_spec
 
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("sysbench") is None or shutil.which("stress-ng") is None
                                              or shutil.which("taskset") is None,
                                              reason="sysbench, stress-ng and taskset are needed")]
 
-SPEC = """
-[study]
-name = "ab-cpu"
-
-[target]
-kind = "host"
-
-[workload]
-kind = "sysbench-cpu"
-threads = 1
-time = 1
-"""
+SPEC = sysbench_cpu_spec("ab-cpu")
 BLOCKS = ["--blocks", "8", "--max-blocks", "8"]
 
 

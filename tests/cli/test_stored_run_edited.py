@@ -9,24 +9,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from tests.core.helpers import Lab, needs_root
+from tests.core.helpers import Lab, needs_root, sysbench_cpu_spec
 
 pytestmark = [needs_root, pytest.mark.skipif(shutil.which("sysbench") is None, reason="sysbench is needed")]
 
-SPEC = """
-[study]
-name = "edited"
-repetitions = 3
-max_repetitions = 3
-
-[target]
-kind = "host"
-
-[workload]
-kind = "sysbench-cpu"
-threads = 1
-time = 1
-"""
+SPEC = sysbench_cpu_spec("edited", repetitions=3, max_repetitions=3)
 
 
 def _files(root: Path) -> list[str]:

@@ -49,6 +49,13 @@ def study_table(name: str, **over: Any) -> str:
     return "[study]\n" + "\n".join(f"{k} = {_toml(v)}" for k, v in opts.items()) + "\n"
 
 
+def sysbench_cpu_spec(name: str, **study: Any) -> str:
+    """A study of sysbench cpu, 1 thread, 1 s, on the host: the quickest real workload with a
+    rate (events/s) that a CPU hog or another build moves; `study` adds keys to [study]."""
+    return (study_table(name, **study) + '\n[target]\nkind = "host"\n\n'
+            '[workload]\nkind = "sysbench-cpu"\nthreads = 1\ntime = 1\n')
+
+
 def _toml(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

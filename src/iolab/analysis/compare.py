@@ -68,6 +68,10 @@ MIN_N = 3
 # The environment keys history names at a step (analysis/history.py).
 ENVIRONMENT = (("study", "study"), ("hostname", "machine"), ("cpu_model", "CPU"), ("kernel", "kernel"),
                ("fio_version", "fio"), ("qemu_version", "QEMU"), ("iolab_version", "iolab"))
+# A stored spread of run means below this (log scale: a relative SD of 1e-9, under any tool's
+# printed precision) is no estimate: identical values across runs and repetitions say the metric
+# is deterministic or coarser than its noise, not that the next run cannot differ.
+NO_SPREAD = 1e-18
 AB_HINT = "to gate a change, run A and B interleaved in one study: `iolab ab` (README)"
 
 
@@ -218,7 +222,7 @@ def _two_level(ref: Reference, b: RunStat, floor: float) -> tuple[float, float, 
     """(d, variance of d, degrees of freedom, what noise was used) for B's run mean against A's level."""
     k, d = ref.k, b.mean - ref.level
     sp = ref.spread
-    if sp.df > 0:
+    if sp.df > 0 and sp.s2 > NO_SPREAD:
         c1 = sp.s2 * (1 + 1 / k)
         c2 = max(b.var_mean - sp.within, 0.0)
         var = c1 + c2
@@ -231,8 +235,9 @@ def _two_level(ref: Reference, b: RunStat, floor: float) -> tuple[float, float, 
     var = c1 + c2 + c3
     den = (c2**2 / (b.n - 1) if c2 and b.n > 1 else 0.0) + (c3**2 / dfw if c3 and dfw else 0.0)
     df = var**2 / den if den > 0 else math.inf
+    identical = {"store_identical": len(sp.runs)} if sp.df > 0 else {}  # runs that were there but alike
     return d, var, df, {"source": "floor", "tau": floor, "df": None, "runs": 0, "oldest": None, "newest": None,
-                        "window_runs": k}
+                        "window_runs": k, **identical}
 
 
 def _log_ratio(d: float, var: float, df: float, rels: tuple[float, float]) -> LogRatio:
@@ -386,6 +391,12 @@ def noise_summary(rows: list[dict[str, Any]], floor: float, b_created: float | N
                      f"{summary['runs']} earlier runs of the same configurations on this host{when}"
                      + (f" (median run-level SD {summary['median_tau']:.1%})" if summary["median_tau"] is not None
                         else "") + f"; A's level from up to {summary['window_runs']} runs like A")
+    alike = [n for n in on_floor if n.get("store_identical")]
+    if alike:
+        parts.append(f"{len(alike)} row(s) have stored runs whose values are all identical (a deterministic or "
+                     f"coarsely quantised metric): no run-to-run spread can be read from them, so the floor "
+                     f"{floor:.1%} is assumed")
+        on_floor = [n for n in on_floor if not n.get("store_identical")]
     if on_floor:
         parts.append(f"{len(on_floor)} row(s) compare two runs only (no repeated runs in the store): run-level SD "
                      f"assumed {floor:.1%} (the default floor, docs/statistics.md); {AB_HINT}")
