@@ -811,8 +811,10 @@ def main() -> None:
         ignore_stop_signals()  # whatever ends the command, its last words are not cut by a late Ctrl-C
         try:
             raise
-        except click.exceptions.Abort:
-            err.print("aborted")
+        except click.exceptions.Abort as exc:
+            # click turns a KeyboardInterrupt (a stop signal) inside its main into Abort: that is an interruption
+            stopped = isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt)
+            err.print("interrupted" if stopped else "aborted")
             sys.exit(130)
         except click.ClickException as exc:
             exc.show()

@@ -135,6 +135,9 @@ def test_a_second_resume_of_a_live_run_is_refused(lab: Lab) -> None:
     p3 = None
     try:
         lab.wait_until(lambda: lab.fio_pids(), 60, "the first resume's fio", p1)
+        # frozen, the holder stays live however long the second resume takes to start on a loaded
+        # machine (a 2 s trial could otherwise end the first resume before the second asks)
+        p1.send_signal(signal.SIGSTOP)
         loops = lab.loops()
         r = lab.iolab("run", "--resume", run_id, timeout=60)
         assert r.returncode == 2, r.stdout + r.stderr
