@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Any
 
-CASE_TIMEOUT_S = 20
+CASE_TIMEOUT_S = 60  # a hang detector: generous enough for a cold `history` on a machine at load 12
 
 
 class Hang(BaseException):

@@ -96,6 +96,23 @@ def test_unreachable_host_is_refused_before_load(lab: Lab, fleet3: list[NsHost])
     assert not lab.trial_rows() and "Traceback" not in r.stderr
 
 
+def test_a_host_hung_before_the_run_is_refused_at_the_checks_and_named_once(lab: Lab, fleet3: list[NsHost]) -> None:
+    """A server that accepts the connection and then never answers (stopped before the run): the
+    probe gives up on it within its limit, nothing is created, and the reason names it once."""
+    hung = fleet3[1]
+    hung.freeze()
+    started = time.monotonic()
+    r = lab.iolab("run", lab.spec(fleet_spec(fleet3, reps=1)))
+    took = time.monotonic() - started
+    assert r.returncode == 2, r.stdout + r.stderr
+    text = one_line(r.stderr)
+    assert "did not answer fio's probe" in text and "hangs or stopped answering" in text, text
+    assert text.count(f"{hung.name} ({hung.address}:{hung.port}") == 1, text
+    assert f"{fleet3[0].name} (" not in text and f"{fleet3[2].name} (" not in text
+    assert not lab.trial_rows() and "Traceback" not in r.stderr
+    assert took < 120, took  # the probe's own limit (15 s) and the start, not the run's timeout
+
+
 def test_device_holding_a_filesystem_is_refused_unless_named(lab: Lab, fleet3: list[NsHost]) -> None:
     subprocess.run(["mkfs.ext4", "-q", "-F", fleet3[0].device], check=True, capture_output=True)
     spec = lab.spec(fleet_spec(fleet3, reps=1))

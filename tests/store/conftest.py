@@ -6,10 +6,13 @@ binaries are not installed (`./setup.sh install` installs them).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from .pgserver import PG_BIN, PgServer, missing_binaries
+from tests.core.helpers import Lab, make_lab
+
+from .pgserver import PG_BIN, PgServer, missing_binaries, set_read_only
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +26,28 @@ def pg_server() -> Iterator[PgServer]:
         yield server
     finally:
         server.destroy()
+
+
+@pytest.fixture
+def server(pg_server: PgServer) -> Iterator[PgServer]:
+    """The session's server, left writable and running whatever the test does to it."""
+    try:
+        yield pg_server
+    finally:
+        if not (pg_server.data / "postmaster.pid").exists():
+            pg_server.start()
+        set_read_only(pg_server, False)
+
+
+@pytest.fixture
+def pg_lab(tmp_path: Path, server: PgServer) -> Iterator[tuple[Lab, str]]:
+    """A lab whose results go to a fresh database of the session's server, giving up quickly (what
+    the server does not take goes to the spool)."""
+    lab = make_lab(tmp_path / "lab")
+    url = server.fresh_url()
+    lab.env["IOLAB_DB"] = url
+    lab.env["IOLAB_DB_RETRY_S"] = "1"
+    try:
+        yield lab, url
+    finally:
+        lab.force_cleanup()

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,21 @@ class PgServer:
 
     def stop(self) -> None:
         self.pg_ctl("-w", "-t", "60", "-m", "fast", "stop")
+
+
+def set_read_only(server: PgServer, on: bool) -> None:
+    """The whole server read-only for every session (as after a failover to a standby), or back."""
+    with server.admin() as conn:
+        conn.execute("ALTER SYSTEM SET default_transaction_read_only = on" if on
+                     else "ALTER SYSTEM RESET default_transaction_read_only")
+        conn.execute("SELECT pg_reload_conf()")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # reloading is asynchronous: wait until a new session sees it
+        with server.admin() as conn:
+            if conn.execute("SHOW default_transaction_read_only").fetchone() == (("on" if on else "off"),):
+                return
+        time.sleep(0.05)
+    raise AssertionError("the server did not reload its configuration")
 
 
 def sweep_dead() -> list[Path]:

@@ -23,8 +23,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,35 +33,9 @@ from iolab.core import owner
 from iolab.core.model import TrialResult
 from iolab.store import registry
 from iolab.store.spool import Spool
-from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, make_lab, needs_fio, needs_root, study_table
+from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, study_table
 
-from .pgserver import PgServer
-
-
-def set_read_only(server: PgServer, on: bool) -> None:
-    """The whole server read-only for every session (as after a failover to a standby), or back."""
-    with server.admin() as conn:
-        conn.execute("ALTER SYSTEM SET default_transaction_read_only = on" if on
-                     else "ALTER SYSTEM RESET default_transaction_read_only")
-        conn.execute("SELECT pg_reload_conf()")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # reloading is asynchronous: wait until a new session sees it
-        with server.admin() as conn:
-            if conn.execute("SHOW default_transaction_read_only").fetchone() == (("on" if on else "off"),):
-                return
-        time.sleep(0.05)
-    raise AssertionError("the server did not reload its configuration")
-
-
-@pytest.fixture
-def server(pg_server: PgServer) -> Iterator[PgServer]:
-    """The session's server, left writable and running whatever the test does to it."""
-    try:
-        yield pg_server
-    finally:
-        if not (pg_server.data / "postmaster.pid").exists():
-            pg_server.start()
-        set_read_only(pg_server, False)
+from .pgserver import PgServer, set_read_only
 
 
 def table(conn: psycopg.Connection, name: str) -> str | None:
@@ -97,18 +69,6 @@ def _spool_files(lab: Lab) -> list[Path]:
 
 def _spooled(lab: Lab) -> int:
     return sum(len(f.read_text().splitlines()) for f in _spool_files(lab))
-
-
-@pytest.fixture
-def pg_lab(tmp_path: Path, server: PgServer) -> Iterator[tuple[Lab, str]]:
-    lab = make_lab(tmp_path / "lab")
-    url = server.fresh_url()
-    lab.env["IOLAB_DB"] = url
-    lab.env["IOLAB_DB_RETRY_S"] = "1"  # give up quickly: what the server refuses goes to the spool
-    try:
-        yield lab, url
-    finally:
-        lab.force_cleanup()
 
 
 def _spec(lab: Lab, name: str, reps: int) -> Path:

@@ -93,9 +93,9 @@ def probe(run: Runner, hosts: list[FleetHost]) -> dict[str, HostFacts]:
         m = _PROBE_LINE.search(r.text)
         if m is None:
             bad = re.search(r"client/server version mismatch[^\n]*|bad server cmd version \d+", r.text)
-            why = bad.group(0) if bad else (r.why or "no answer to fio's probe")
-            facts[h.name] = HostFacts(h.name, None, None, None, None, skews.Skew(None, "not probed"),
-                                      problem=f"{h.label()}: {why}")
+            # the client's reasons already name the host
+            why = f"{h.label()}: {bad.group(0)}" if bad else (r.why or f"{h.label()}: no answer to fio's probe")
+            facts[h.name] = HostFacts(h.name, None, None, None, None, skews.Skew(None, "not probed"), problem=why)
             continue
         facts[h.name] = HostFacts(h.name, m["fio"], m["os"], m["arch"], m["hostname"],
                                   skews.same_clock() if h.local else skews.Skew(None, "measuring"))

@@ -22,6 +22,7 @@ import psycopg
 
 from iolab.core.errors import IolabError
 from iolab.store import schema
+from iolab.store.pgconn import LOCK_WAIT_S, MIGRATION_LOCK_WAIT_S
 from iolab.store.schema import SCHEMA, TOMBSTONE_VERSION, Stored
 
 MIGRATION_LOCK = 0x10_1AB_5C4E  # pg_advisory_xact_lock key: one migrator per database
@@ -96,7 +97,11 @@ def migrate(conn: psycopg.Connection, location: str) -> Layout:
     # a session lock taken before the transaction: the transaction then starts after the other
     # migrator's commit and sees its tables (a lock taken inside would leave the catalog cache
     # of an earlier snapshot, and the migration would run twice)
-    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    conn.execute(f"SET lock_timeout = '{MIGRATION_LOCK_WAIT_S}s'")  # another's migration: worth waiting for
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    finally:
+        conn.execute(f"SET lock_timeout = '{LOCK_WAIT_S}s'")
     try:
         _migrate_locked(conn, location)
     finally:

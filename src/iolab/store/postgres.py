@@ -37,7 +37,16 @@ from iolab.core.errors import InputError, IolabError, RefusedError
 from iolab.core.model import TrialResult
 from iolab.store import pglayout, rows, schema, spool
 from iolab.store.base import OriginConflict, RunRecord, Store, holder_alive, this_host
-from iolab.store.pgconn import Link, connect, open_error
+from iolab.store.pgconn import (
+    ANSWER_S,
+    OPEN_ANSWER_S,
+    READ_ANSWER_S,
+    Link,
+    Watchdog,
+    answer_within,
+    connect,
+    open_error,
+)
 from iolab.store.pgerrors import Refusal, StoreFailed
 from iolab.store.schema import SCHEMA
 from iolab.store.spool import Op, Outcome, Spool
@@ -71,17 +80,22 @@ class PostgresStore(Store):
         return self.link.conn
 
     def _layout(self, read_only: bool) -> pglayout.Layout:
+        watch = Watchdog(OPEN_ANSWER_S)
         try:
-            if read_only:
-                found = pglayout.find(self.conn, self.location)
-                if found.where == "none":
-                    raise IolabError(f"no iolab store in {self.location}")
-                schema.check_read(found.stored, self.location)
-                return found
-            self.role = str(self.conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]  # current_user always returns one row
-            return pglayout.migrate(self.conn, self.location)
+            with watch.on(self.conn):
+                return self._find_or_migrate(read_only)
         except psycopg.Error as exc:
-            raise open_error(exc, self.what, self.url, self.role, read_only) from None
+            raise open_error(exc, self.what, self.url, self.role, read_only, watch) from None
+
+    def _find_or_migrate(self, read_only: bool) -> pglayout.Layout:
+        if read_only:
+            found = pglayout.find(self.conn, self.location)
+            if found.where == "none":
+                raise IolabError(f"no iolab store in {self.location}")
+            schema.check_read(found.stored, self.location)
+            return found
+        self.role = str(self.conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]  # current_user always returns one row
+        return pglayout.migrate(self.conn, self.location)
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -89,7 +103,7 @@ class PostgresStore(Store):
         """The server answers and takes writes now, and this role may write iolab's tables (or
         create them); a newer store this iolab may not write is refused."""
         location = shown(ref)
-        with connect(ref, what) as conn:
+        with connect(ref, what) as conn, answer_within(conn, ANSWER_S) as watch:
             try:
                 user = conn.execute("SELECT current_user, current_setting('transaction_read_only')").fetchone()
                 role, read_only = (str(user[0]), user[1] == "on") if user else ("?", False)
@@ -113,25 +127,25 @@ class PostgresStore(Store):
                         (SCHEMA, f"{SCHEMA}.runs", f"{SCHEMA}.trials")).fetchone()
                     problem = "may not write to iolab's tables"
             except psycopg.Error as exc:
-                raise open_error(exc, what, ref, None, False) from None
+                raise open_error(exc, what, ref, None, False, watch) from None
             if not (row and row[0]):
                 raise InputError(f"{what} {location}: role {role!r} {problem} (docs/store.md#roles)")
 
     @classmethod
     def exists(cls, ref: str, what: str) -> bool:
-        with connect(ref, what) as conn:
+        with connect(ref, what) as conn, answer_within(conn, ANSWER_S) as watch:
             try:
                 return pglayout.find(conn, shown(ref)).where != "none"
             except psycopg.Error as exc:
-                raise open_error(exc, what, ref, None, True) from None
+                raise open_error(exc, what, ref, None, True, watch) from None
 
     @classmethod
     def stored_schema(cls, ref: str, what: str) -> schema.Stored:
-        with connect(ref, what) as conn:
+        with connect(ref, what) as conn, answer_within(conn, ANSWER_S) as watch:
             try:
                 return pglayout.find(conn, shown(ref)).stored
             except psycopg.Error as exc:
-                raise open_error(exc, what, ref, None, True) from None
+                raise open_error(exc, what, ref, None, True, watch) from None
 
     @classmethod
     def open(cls, ref: str, what: str, read_only: bool = False, spool: bool = True) -> PostgresStore:
@@ -146,7 +160,7 @@ class PostgresStore(Store):
 
     # -- the server's answers -------------------------------------------------------------------
     def _read(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        return self.link.retrying(lambda: self.conn.execute(query, params).fetchall())
+        return self.link.retrying(lambda: self.conn.execute(query, params).fetchall(), answer_s=READ_ANSWER_S)
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection]:

@@ -1,0 +1,160 @@
+"""A server that does not answer, and a colleague who holds a lock: nothing waits for ever.
+
+A stopped server closes its connections and iolab reconnects (test_pg_outage.py). A *frozen*
+one (its processes stopped with SIGSTOP: a hung machine, a network that drops packets) closes
+nothing: libpq waits on its socket as long as the server stays frozen, and before, so did the
+run. A colleague's `LOCK TABLE iolab.runs` (or a long `VACUUM FULL`) made every write wait as
+long as the lock was held. Both now end each attempt (store/pgconn.py: a deadline kept on the
+client, and `lock_timeout` asked of the server), so the write goes to the spool within the retry
+window and the run goes on; everything is written once when the server answers again.
+
+The harm is done for real to the session's own throw-away server (tests/store/pgserver.py):
+its postmaster and every backend are stopped, then continued, whatever the test does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from iolab.store import postgres, registry
+from iolab.store.pgconn import CONNECT_TIMEOUT_S, LOCK_WAIT_S
+from iolab.store.pgerrors import StoreFailed
+from tests.core.helpers import Lab, needs_fio, needs_root, one_line
+
+from .pgserver import PgServer
+from .test_pg_outage import _every_trial_once, _rows, _runs, _spec, _spooled, _trial
+
+
+def _server_pids(server: PgServer) -> list[int]:
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+    return [postmaster, *map(int, children)]
+
+
+@contextmanager
+def frozen(server: PgServer) -> Iterator[None]:
+    """Every process of the server stopped (the postmaster first: it forks no new backend), and
+    continued afterwards whatever happened."""
+    pids = _server_pids(server)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def table_locked_by_a_colleague(url: str) -> Iterator[psycopg.Connection]:
+    """Another session holding `LOCK TABLE iolab.runs` (nothing can read or write it) until the block ends."""
+    with psycopg.connect(url) as other:
+        other.execute("LOCK TABLE iolab.runs IN ACCESS EXCLUSIVE MODE")
+        try:
+            yield other
+        finally:
+            other.rollback()
+
+
+def _within(seconds: float, call: Callable[[], object]) -> tuple[object, float]:
+    """What `call` returned or raised, and how long it took; the test fails (instead of hanging
+    like the code it tests once did) when it has not returned within `seconds`."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # noqa: BLE001  # handed to the test's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still waiting after {seconds:g} s"
+    return outcome[0], time.monotonic() - started
+
+
+def _lock_waiters(server: PgServer) -> int:
+    with server.admin() as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'iolab'"
+                            " AND wait_event_type = 'Lock'").fetchone()[0]  # type: ignore[index]
+
+
+def test_a_colleagues_lock_sends_the_write_to_the_spool_instead_of_holding_the_run(
+        tmp_path: Path, server: PgServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IOLAB_DATA", str(tmp_path))
+    monkeypatch.setenv("IOLAB_DB_RETRY_S", "1")
+    url = server.fresh_url()
+    s = registry.open_store(url)
+    try:
+        s.create_run("r", "s", "builtin:s", {}, {}, {})
+        notes: list[str] = []
+        s.notify = notes.append
+        with table_locked_by_a_colleague(url):
+            got, took = _within(120, lambda: s.save_trial("r", _trial(0), None))
+            assert got is None, got
+            assert s.waiting() == 1, "the write is kept while the table is locked"
+            assert _lock_waiters(server) == 0, "no session of iolab is left waiting for the lock"
+            s.save_trial("r", _trial(1), None)  # queues behind the first, in order
+            assert s.waiting() == 2
+        # the server gave up each wait itself: a few lock waits, not the lock's whole length
+        assert took < 4 * LOCK_WAIT_S + 10, took
+        assert len(notes) == 1 and "lock timeout" in one_line(notes[0]), notes
+        s.set_status("r", "complete")  # the lock is gone: everything kept is written first, once
+        assert [t.trial_id for t in s.trials("r")] == ["c0-r0", "c1-r1"] and s.waiting() == 0
+        assert s.resolve("r").status == "complete"
+    finally:
+        s.close()
+
+
+def test_a_read_from_a_frozen_server_ends_with_a_reason(tmp_path: Path, server: PgServer,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IOLAB_DATA", str(tmp_path))
+    monkeypatch.setenv("IOLAB_DB_RETRY_S", "0.5")
+    monkeypatch.setattr(postgres, "READ_ANSWER_S", 2.0)  # a read's deadline is 2 min: not for a test
+    s = registry.open_store(server.fresh_url())
+    try:
+        s.create_run("r", "s", "builtin:s", {}, {}, {})
+        with frozen(server):
+            got, took = _within(2 + CONNECT_TIMEOUT_S + 30, s.runs)
+        assert isinstance(got, StoreFailed) and "no answer within 2 s" in str(got), got
+        assert took < 2 + CONNECT_TIMEOUT_S + 15, took
+        assert [r.id for r in s.runs()] == ["r"], "the same store reads again once the server answers"
+    finally:
+        s.close()
+
+
+@needs_root
+@needs_fio
+def test_a_frozen_server_mid_study_holds_nothing_back_and_loses_nothing(
+        pg_lab: tuple[Lab, str], server: PgServer) -> None:
+    lab, url = pg_lab  # IOLAB_DB_RETRY_S=1
+    proc = lab.popen("run", _spec(lab, "pgfrozen", reps=3))
+    try:
+        lab.wait_until(lambda: len(_rows(url)) >= 1, 120, "a stored trial", proc)
+        with frozen(server):  # nothing may connect to it in here, the test neither
+            # one write's attempts: the 15 s answer deadline, then the retry window
+            lab.wait_until(lambda: _spooled(lab) >= 1, 60, "a write kept while the server is frozen", proc)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "no answer within" in one_line(err) and "takes writes again" in one_line(err), err
+    (run_id, status), = _runs(url)
+    assert status == "complete"
+    _every_trial_once(url, run_id, 6)
+    assert _spooled(lab) == 0
+    lab.assert_nothing_left()
