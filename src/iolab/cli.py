@@ -405,17 +405,28 @@ def runs(db: str | None, limit: int, as_json: bool) -> None:
     if store is None:
         out.print(f"no runs yet ({escape(stores.shown(_db_ref(db)[0]))} does not exist)")
         return
+    from iolab.store.rows import UnreadableRow
+
     items: list[dict[str, Any]] = []
     try:
         for r in store.runs(limit):
-            trials = store.trials(r.id)
-            items.append({"id": r.id, "study": r.study, "status": _status_now(store, r),
+            try:
+                trials = store.trials(r.id)
+            except UnreadableRow as exc:  # one bad row of a colleague's must not hide everyone's runs
+                store.unreadable.append(str(exc))
+                status, trials = "unreadable", []
+            else:
+                status = _status_now(store, r)
+            when = r.created if isinstance(r.created, int | float) and 0 <= r.created < 1e11 else None
+            items.append({"id": r.id, "study": r.study, "status": status,
                           "trials_ok": sum(t.status == "ok" for t in trials), "trials": len(trials),
-                          "failed": sum(t.status != "ok" for t in trials), "created": r.created,
-                          "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.created)),
+                          "failed": sum(t.status != "ok" for t in trials), "created": when,
+                          "created_utc": None if when is None else time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                 time.gmtime(when)),
                           "owner_role": r.owner_role, "owner_host": r.owner_host})
     finally:
         store.close()
+    _say_unreadable(store.unreadable, "listed without their trials, or left out")
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
@@ -424,7 +435,7 @@ def runs(db: str | None, limit: int, as_json: bool) -> None:
         return
     click.echo(text_table(["run", "study", "status", "trials ok/all", "started", "owner"], [
         [i["id"], i["study"], i["status"], f"{i['trials_ok']}/{i['trials']}",
-         time.strftime("%Y-%m-%d %H:%M", time.localtime(i["created"])),
+         "?" if i["created"] is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(i["created"])),
          f"{i['owner_role'] or '-'}@{i['owner_host'] or '?'}"] for i in items]))
 
 
@@ -535,12 +546,29 @@ def history(study: str, host: str | None, config_id: str | None, metric_names: t
 
     if html_path is not None:
         check_writable(html_path, "--html")
+    from iolab.publish.integrity import run_problem, trial_problem
+    from iolab.store.rows import UnreadableRow
+
     store = _resolve_store(db)
+    data: list[RunData] = []
     try:
-        data = [RunData(r.id, r.created, r.environment, store.trials(r.id), r.options) for r in store.runs(limit)
-                if r.study == study]
+        for r in store.runs(limit):
+            if r.study != study:
+                continue
+            try:
+                trials = store.trials(r.id)
+            except UnreadableRow as exc:  # a colleague's bad run is set aside, the history goes on
+                store.unreadable.append(str(exc))
+                continue
+            problem = run_problem(store.location, r) or next(
+                (p for p in (trial_problem(store.location, r.id, t) for t in trials) if p), None)
+            if problem:
+                store.unreadable.append(problem)
+                continue
+            data.append(RunData(r.id, r.created, r.environment, trials, r.options))
     finally:
         store.close()
+    _say_unreadable(store.unreadable, "set aside")
     hist = build(data, metric_names, config_id, host)
     if not hist.series:
         shown = ", ".join(metric_names)
@@ -553,7 +581,15 @@ def history(study: str, host: str | None, config_id: str | None, metric_names: t
 
         write_report(html_path, history_html(study, hist))
         err.print(f"history page: {html_path}")
-    click.echo(history_json(hist, powers) if as_json else history_text(hist, powers, show_all))
+    click.echo(history_json(hist, powers, store.unreadable) if as_json else history_text(hist, powers, show_all))
+
+
+def _say_unreadable(reasons: list[str], done: str) -> None:
+    """Runs a listing command could not read (not in the form iolab writes), on stderr, each once."""
+    if reasons:
+        err.print(f"warning: {len(reasons)} run(s) not in the form iolab writes, {done}:")
+        for reason in dict.fromkeys(reasons):
+            err.print("  " + escape(reason.splitlines()[0]))
 
 
 def _history_power(hist: Any) -> dict[str, Any]:
@@ -662,12 +698,26 @@ def _compare_history(store: Store, a: Any, b: Any) -> list[dict[str, Any]]:
     """Stored runs that tell how far runs of A's study move on A's host: the same study and host,
     created before B, not B, not an `iolab ab` block; the newest COMPARE_HISTORY of them."""
     from iolab.publish.document import results_document
+    from iolab.publish.integrity import run_problem
 
     host = (a.environment or {}).get("hostname")
-    candidates = [r for r in store.runs(COMPARE_LOOKBACK) if r.study == a.study and r.id != b.id
-                  and r.created < b.created and (r.environment or {}).get("hostname") == host
-                  and not (r.options or {}).get("ab")]
-    return [results_document(store, r) for r in candidates[:COMPARE_HISTORY]]
+    readable = []
+    for r in store.runs(COMPARE_LOOKBACK):
+        problem = run_problem(store.location, r) if r.study == a.study else None
+        if problem:
+            store.unreadable.append(problem)
+        else:
+            readable.append(r)
+    candidates = [r for r in readable if r.study == a.study and r.id != b.id and r.created < b.created
+                  and (r.environment or {}).get("hostname") == host and not (r.options or {}).get("ab")]
+    docs = []
+    for r in candidates[:COMPARE_HISTORY]:
+        try:
+            docs.append(results_document(store, r))
+        except InputError as exc:  # an earlier run that cannot be read is no evidence of noise
+            store.unreadable.append(str(exc).splitlines()[-1])
+    _say_unreadable(store.unreadable, "left out of the run-level noise")
+    return docs
 
 
 COMPARE_LOOKBACK = 2000  # newest runs of the store scanned for earlier runs of A's study

@@ -33,7 +33,7 @@ import pytest
 
 from iolab.core.model import TrialResult
 from iolab.store.sqlite import SqliteStore
-from tests.core.helpers import LOOP_TARGET, fio_workload, make_lab, needs_fio, needs_root, study_table
+from tests.core.helpers import LOOP_TARGET, drive, fio_workload, make_lab, needs_fio, needs_root, study_table
 
 from .pgserver import PgServer
 
@@ -286,3 +286,70 @@ def test_a_reader_reads_everything_and_writes_nothing(team: Team, tmp_path: Path
                              "ORDER BY id) FROM iolab.runs r), (SELECT string_agg(m::text, '|' ORDER BY key) "
                              "FROM iolab.meta m)").fetchone()
     assert after == before, "a reader changed the store"
+
+
+# a colleague's writer role writing its own runs in plain SQL (row-level security allows it) in
+# forms iolab never writes: (what, run columns, trial columns), each over one good run of bob's
+CRAFTED = (
+    ("metrics not JSON", {}, {"metrics_json": "not json"}),
+    ("metrics a list", {}, {"metrics_json": "[1, 2]"}),
+    ("a metric a string", {}, {"metrics_json": '{"read_iops": "fast"}'}),
+    ("environment not JSON", {"environment_json": "{"}, {}),
+    ("environment a string", {"environment_json": '"x"'}, {}),
+    ("created not a number", {"created": float("nan")}, {}),
+    ("spec.study a number", {"spec_json": '{"study": 5}'}, {}),
+)
+
+
+def test_a_colleagues_malformed_runs_break_no_one_elses_reads(team: Team, tmp_path: Path) -> None:
+    """Bob's own runs, malformed in plain SQL, among alice's: `runs`, `history` and `compare` of
+    alice's runs go on (exit 0, no traceback) and name each of bob's runs they left out; `report`
+    of one of bob's runs is exit 2 naming the run and the key."""
+    a1, a2 = team.runs
+    with psycopg.connect(team.url("alice"), autocommit=True) as conn:
+        created, env = conn.execute("SELECT created, environment_json FROM iolab.runs WHERE id=%s", (a1,)).fetchone()
+    good_run = {"study": "roles", "source": "builtin:roles", "spec_json": '{"study": {"name": "roles"}}',
+                "options_json": "{}", "status": "complete", "updated": created, "environment_json": env}
+    good_trial = {"trial_id": "t0", "config_id": "c", "repetition": 0, "params_json": '{"bs": 4096}', "status": "ok",
+                  "metrics_json": '{"read_iops": 100.0}', "probes_json": "{}", "flags_json": "[]",
+                  "manifest_json": "{}", "started": 0, "ended": 1, "seq": 0}
+    bobs = {}
+    try:
+        with psycopg.connect(team.url("bob"), autocommit=True) as conn:
+            for k, (what, run_over, trial_over) in enumerate(CRAFTED):
+                run_id = f"{a1[:15]}-roles-crafted{k}-{team.tag}"
+                run = {**good_run, "id": run_id, "created": created + 0.001 * (k + 1), **run_over}
+                trial = {**good_trial, "run_id": run_id, **trial_over}
+                for table, row in (("runs", run), ("trials", trial)):
+                    marks = ", ".join(["%s"] * len(row))
+                    conn.execute(f"INSERT INTO iolab.{table} ({', '.join(row)}) VALUES ({marks})", list(row.values()))
+                bobs[run_id] = what
+        lab = make_lab(tmp_path / "lab")
+        try:
+            reads = drive(lab, [["runs", "--json", "-n", "100", "--db", team.url("dashboards")],
+                                ["history", "roles", "--json", "--db", team.url("dashboards")],
+                                ["compare", a1, a2, "--json", "--db", team.url("dashboards")],
+                                *[["report", b, "--format", "json", "--db", team.url("dashboards")] for b in bobs]])
+        finally:
+            lab.force_cleanup()
+    finally:
+        with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:  # the tables' owner cleans up
+            conn.execute("DELETE FROM iolab.trials WHERE run_id = ANY(%s)", (list(bobs),))
+            conn.execute("DELETE FROM iolab.runs WHERE id = ANY(%s)", (list(bobs),))
+    listed, history, compared, *reports = reads
+    for r in (listed, history, compared, *reports):
+        assert not r["traceback"] and not r["hang"], r["traceback"]
+    assert listed["exit"] == 0, listed["stderr"]
+    ids = {i["id"]: i for i in json.loads(listed["stdout"])}
+    assert {a1, a2} <= set(ids), "alice's runs are listed"
+    unreadable_json = [b for b, what in bobs.items() if "not JSON" in what]
+    for b in unreadable_json:
+        assert b in " ".join(listed["stderr"].split()), f"`runs` names {b} it could not read"
+    assert history["exit"] == 0, history["stderr"]
+    set_aside = " ".join(json.loads(history["stdout"])["set_aside"])
+    assert all(b in set_aside for b in bobs), set_aside
+    assert {p["run_id"] for s in json.loads(history["stdout"])["series"] for p in s["points"]} == {a1, a2}
+    assert compared["exit"] == 0, compared["stderr"]
+    assert all(b in " ".join(compared["stderr"].split()) for b in bobs), "compare names the runs it left out"
+    for b, r in zip(bobs, reports, strict=True):
+        assert r["exit"] == 2 and b in " ".join(r["stderr"].split()), (bobs[b], r)

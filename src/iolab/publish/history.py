@@ -108,8 +108,10 @@ def _started(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
 
-def history_json(h: History, powers: dict[str, list[Power]] | None = None) -> str:
+def history_json(h: History, powers: dict[str, list[Power]] | None = None, set_aside: list[str] | None = None) -> str:
+    """The family as JSON; `set_aside`: why runs of the study were not read (docs/results.md)."""
     doc: dict[str, Any] = dataclasses.asdict(h)
+    doc["set_aside"] = list(dict.fromkeys(set_aside or []))
     doc["tails"] = None if math.isinf(h.tails) else h.tails  # JSON has no infinity: null is normal innovations
     if powers is not None:
         doc["power"] = {k: [dataclasses.asdict(p) for p in v] for k, v in powers.items()}

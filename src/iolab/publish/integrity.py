@@ -13,9 +13,12 @@ Pure: a document in, an error or nothing out.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from iolab.core.errors import InputError
+from iolab.core.model import TrialResult
+from iolab.store.base import RunRecord
 
 
 class StoredRunInvalid(InputError):
@@ -39,14 +42,34 @@ def check_document(doc: dict[str, Any], where: str) -> None:
                                "another tool?); nothing was read from it\n" + "\n".join(lines))
 
 
+def run_problem(where: str, run: RunRecord) -> str | None:
+    """The first of a stored run's own fields analysis could not read, as one line (None: it reads)."""
+    bad = _run_fields({"created": run.created, "environment": run.environment, "spec": run.spec,
+                       "options": run.options, "extra": run.extra, "trials": []})
+    return f"{where}: run {run.id}: {bad[0][0]}: {bad[0][1]}" if bad else None
+
+
+def trial_problem(where: str, run_id: str, t: TrialResult) -> str | None:
+    """The first field of a stored trial analysis could not read, as one line naming the store, the
+    run, the trial and the key (None: it reads). For the commands that read many runs at once
+    (`history`), which set such a run aside and go on."""
+    bad = _trial_fields({"id": t.trial_id, "status": t.status, "params": t.params, "metrics": t.metrics,
+                         "flags": t.flags, "manifest": t.manifest, "probes": t.probes})
+    return f"{where}: run {run_id}: trial {t.trial_id!r}: {bad[0][0]}: {bad[0][1]}" if bad else None
+
+
 def _run_fields(doc: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     created = doc.get("created")
-    if created is not None and not _number(created):
+    if created is not None and not (_number(created) and math.isfinite(created)):
         out.append(("created", f"a time in seconds, got {_shown(created)}"))
     for key in ("environment", "spec", "options", "extra"):
         if doc.get(key) is not None and not isinstance(doc[key], dict):
             out.append((key, f"a table, got {_shown(doc[key])}"))
+    spec = doc.get("spec")
+    if isinstance(spec, dict):
+        out += [(f"spec.{key}", f"a table, got {_shown(spec[key])}") for key in ("study", "target", "workload")
+                if spec.get(key) is not None and not isinstance(spec[key], dict)]
     if not isinstance(doc.get("trials"), list):
         out.append(("trials", f"a list, got {_shown(doc.get('trials'))}"))
     return out

@@ -89,6 +89,8 @@ class Store(ABC):
     # where the store says what it does on its own (a write kept in the spool, the spool written):
     # the runner points it at its console; a store never prints
     notify: Callable[[str], None] = staticmethod(lambda message: None)
+    # why `runs()` left runs out (a row that is not JSON as iolab writes it): set by every backend
+    unreadable: list[str]
 
     # -- opening (class methods: the registry calls them with the --db value) ---------------
     @classmethod
@@ -140,7 +142,8 @@ class Store(ABC):
 
     @abstractmethod
     def runs(self, limit: int = 50) -> list[RunRecord]:
-        """The newest `limit` runs, newest first."""
+        """The newest `limit` runs, newest first; a run whose row cannot be read is left out and its
+        reason added to `self.unreadable` (a list, set by every backend)."""
 
     @abstractmethod
     def runs_with_prefix(self, prefix: str) -> list[RunRecord]:

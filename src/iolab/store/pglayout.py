@@ -20,7 +20,7 @@ from typing import Literal
 
 import psycopg
 
-from iolab.core.errors import IolabError
+from iolab.core.errors import InputError, IolabError
 from iolab.store import schema
 from iolab.store.pgconn import LOCK_WAIT_S, MIGRATION_LOCK_WAIT_S
 from iolab.store.schema import SCHEMA, TOMBSTONE_VERSION, Stored
@@ -143,3 +143,31 @@ def _move_from_public(conn: psycopg.Connection) -> None:
     conn.execute("DELETE FROM public.meta WHERE key LIKE %s", ("run-owner:%",))  # claims now live on the run
     conn.execute("INSERT INTO public.meta VALUES ('moved_to', %s) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
                  (SCHEMA,))
+
+
+def check_writable(conn: psycopg.Connection, what: str, location: str) -> None:
+    """The server takes writes now, and this role may write iolab's tables (or create them); a newer
+    store this iolab may not write is refused (InputError). psycopg errors are the caller's."""
+    user = conn.execute("SELECT current_user, current_setting('transaction_read_only')").fetchone()
+    role, read_only = (str(user[0]), user[1] == "on") if user else ("?", False)
+    if read_only:
+        raise InputError(f"{what} {location}: the server takes no writes now (a standby, or "
+                         "default_transaction_read_only): try again once it does, or run into a local "
+                         "store (--db PATH) and `iolab push` the run later")
+    found = find(conn, location)
+    schema.check_write(found.stored, location)
+    if found.where == "none":
+        row = conn.execute("SELECT CASE WHEN to_regnamespace(%s) IS NULL"
+                           " THEN has_database_privilege(current_database(), 'CREATE')"
+                           " ELSE has_schema_privilege(%s, 'CREATE') END", (SCHEMA, SCHEMA)).fetchone()
+        problem = f"may not create iolab's tables (no CREATE on the database or on schema {SCHEMA})"
+    elif found.where == "public" or schema.pending(found.stored, location):
+        return  # the migration says whether this role may upgrade it
+    else:
+        row = conn.execute(
+            "SELECT has_schema_privilege(%s, 'USAGE') AND has_table_privilege(%s, 'INSERT, UPDATE')"
+            " AND has_table_privilege(%s, 'INSERT, UPDATE')",
+            (SCHEMA, f"{SCHEMA}.runs", f"{SCHEMA}.trials")).fetchone()
+        problem = "may not write to iolab's tables"
+    if not (row and row[0]):
+        raise InputError(f"{what} {location}: role {role!r} {problem} (docs/store.md#roles)")

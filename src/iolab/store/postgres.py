@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from iolab.core.errors import InputError, IolabError, RefusedError
+from iolab.core.errors import IolabError, RefusedError
 from iolab.core.model import TrialResult
 from iolab.store import pglayout, rows, schema, spool
 from iolab.store.base import OriginConflict, RunRecord, Store, holder_alive, this_host
@@ -48,7 +48,6 @@ from iolab.store.pgconn import (
     open_error,
 )
 from iolab.store.pgerrors import Refusal, StoreFailed
-from iolab.store.schema import SCHEMA
 from iolab.store.spool import Op, Outcome, Spool
 from iolab.store.urls import shown
 
@@ -61,6 +60,7 @@ class PostgresStore(Store):
         self.what = what
         self.location = shown(url)
         self.read_only = read_only
+        self.unreadable: list[str] = []  # why runs() left runs out (store/rows.py readable_runs)
         self.spooling = spooling and not read_only
         self.spool = Spool(self.location)
         self._mine: set[str] = set()  # runs this process created: their claims may wait in the spool
@@ -105,31 +105,9 @@ class PostgresStore(Store):
         location = shown(ref)
         with connect(ref, what) as conn, answer_within(conn, ANSWER_S) as watch:
             try:
-                user = conn.execute("SELECT current_user, current_setting('transaction_read_only')").fetchone()
-                role, read_only = (str(user[0]), user[1] == "on") if user else ("?", False)
-                if read_only:
-                    raise InputError(f"{what} {location}: the server takes no writes now (a standby, or "
-                                     "default_transaction_read_only): try again once it does, or run into a local "
-                                     "store (--db PATH) and `iolab push` the run later")
-                found = pglayout.find(conn, location)
-                schema.check_write(found.stored, location)
-                if found.where == "none":
-                    row = conn.execute("SELECT CASE WHEN to_regnamespace(%s) IS NULL"
-                                       " THEN has_database_privilege(current_database(), 'CREATE')"
-                                       " ELSE has_schema_privilege(%s, 'CREATE') END", (SCHEMA, SCHEMA)).fetchone()
-                    problem = f"may not create iolab's tables (no CREATE on the database or on schema {SCHEMA})"
-                elif found.where == "public" or schema.pending(found.stored, location):
-                    return  # the migration says whether this role may upgrade it
-                else:
-                    row = conn.execute(
-                        "SELECT has_schema_privilege(%s, 'USAGE') AND has_table_privilege(%s, 'INSERT, UPDATE')"
-                        " AND has_table_privilege(%s, 'INSERT, UPDATE')",
-                        (SCHEMA, f"{SCHEMA}.runs", f"{SCHEMA}.trials")).fetchone()
-                    problem = "may not write to iolab's tables"
+                pglayout.check_writable(conn, what, location)
             except psycopg.Error as exc:
                 raise open_error(exc, what, ref, None, False, watch) from None
-            if not (row and row[0]):
-                raise InputError(f"{what} {location}: role {role!r} {problem} (docs/store.md#roles)")
 
     @classmethod
     def exists(cls, ref: str, what: str) -> bool:
@@ -305,7 +283,7 @@ class PostgresStore(Store):
             with self._tx() as db:
                 db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"iolab-run:{rec.id}",))
                 row = db.execute(f"SELECT {self.run_cols} FROM {self.t}runs WHERE id=%s", (rec.id,)).fetchone()
-                old = rows.run(row) if row else None
+                old = rows.run(row, self.location) if row else None
                 if old is None:
                     db.execute(f"INSERT INTO {self.t}runs ({rows.RUN_COLUMNS}) VALUES "
                                f"({', '.join(['%s'] * 10)}, current_user, %s)", (*rows.run_values(rec)[:-2], ours[1]))
@@ -336,12 +314,12 @@ class PostgresStore(Store):
 
     def runs(self, limit: int = 50) -> list[RunRecord]:
         found = self._read(f"SELECT {self.run_cols} FROM {self.t}runs ORDER BY created DESC LIMIT %s", (limit,))
-        return [rows.run(r) for r in found]
+        return rows.readable_runs(found, self.location, self.unreadable)
 
     def runs_with_prefix(self, prefix: str) -> list[RunRecord]:
         found = self._read(f"SELECT {self.run_cols} FROM {self.t}runs WHERE left(id, length(%s)) = %s"
                            " ORDER BY created DESC", (prefix, prefix))
-        return [rows.run(r) for r in found]
+        return [rows.run(r, self.location) for r in found]
 
     def claim_run(self, run_id: str, owner: str) -> str | None:
         """Decided by the server now. A run this process created may be claimed while the server
@@ -391,11 +369,11 @@ class PostgresStore(Store):
 
     def trials(self, run_id: str) -> list[TrialResult]:
         found = self._read(f"SELECT {rows.TRIAL_READ} FROM {self.t}trials WHERE run_id=%s ORDER BY seq", (run_id,))
-        return [rows.trial(r) for r in found]
+        return [rows.trial(r, f"{self.location}: run {run_id}") for r in found]
 
     def raw(self, run_id: str, trial_id: str) -> Any:
         found = self._read(f"SELECT raw_json FROM {self.t}trials WHERE run_id=%s AND trial_id=%s", (run_id, trial_id))
-        return rows.raw(found[0][0]) if found else None
+        return rows.raw(found[0][0], f"{self.location}: run {run_id}") if found else None
 
 
 def _upsert_trial(db: psycopg.Connection, prefix: str, values: tuple[Any, ...]) -> None:

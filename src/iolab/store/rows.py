@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from iolab.core.errors import InputError
 from iolab.core.model import TrialResult
 from iolab.store.base import RunRecord
 
@@ -44,18 +45,35 @@ def trial_values(run_id: str, r: TrialResult, raw: Any, seq: int) -> tuple[Any, 
             dump(raw) if raw is not None else None, r.started, r.ended, seq)
 
 
-def trial(row: Sequence[Any]) -> TrialResult:
-    """A TRIAL_READ row -> the trial as it was saved."""
-    manifest = json.loads(row[8])
-    tb = manifest.pop(TRACEBACK_KEY, None)
-    return TrialResult(trial_id=row[0], config_id=row[1], repetition=row[2], params=json.loads(row[3]),
-                       status=row[4], error=row[5], metrics=json.loads(row[6]), probes=json.loads(row[7]),
-                       manifest=manifest, flags=json.loads(row[9]), started=row[10], ended=row[11],
-                       traceback=tb)
+class UnreadableRow(InputError):
+    """A stored row whose JSON column is not JSON: a hand edit, another tool, or a colleague's
+    writer role writing its own rows in plain SQL (row-level security allows that). Exit 2,
+    naming the store, the run, the trial and the column; never a traceback."""
 
 
-def raw(text: str | None) -> Any:
-    return json.loads(text) if text else None
+def _json(text: Any, column: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        reason = str(exc) if isinstance(exc, json.JSONDecodeError) else f"got {type(text).__name__}"
+        raise UnreadableRow(f"{where}: {column}: not JSON as iolab writes it ({reason}); nothing was read "
+                            "from this run (edited by hand, or written by another tool?)") from None
+
+
+def trial(row: Sequence[Any], where: str) -> TrialResult:
+    """A TRIAL_READ row -> the trial as it was saved; `where` ('STORE: run R') names it in an
+    UnreadableRow."""
+    at = f"{where}: trial {row[0]!r}"
+    manifest = _json(row[8], "manifest", at)
+    tb = manifest.pop(TRACEBACK_KEY, None) if isinstance(manifest, dict) else None
+    return TrialResult(trial_id=row[0], config_id=row[1], repetition=row[2], params=_json(row[3], "params", at),
+                       status=row[4], error=row[5], metrics=_json(row[6], "metrics", at),
+                       probes=_json(row[7], "probes", at), manifest=manifest, flags=_json(row[9], "flags", at),
+                       started=row[10], ended=row[11], traceback=tb)
+
+
+def raw(text: str | None, where: str = "raw output") -> Any:
+    return _json(text, "raw", where) if text else None
 
 
 def run_select(available: set[str]) -> str:
@@ -70,11 +88,25 @@ def run_values(rec: RunRecord) -> tuple[Any, ...]:
             dump(rec.environment), dump(rec.extra), rec.owner_role, rec.owner_host)
 
 
-def run(row: Sequence[Any]) -> RunRecord:
+def run(row: Sequence[Any], location: str) -> RunRecord:
     """A RUN_COLUMNS row -> the run. A run stored before owners were recorded has no role; its host
     is the one its environment names."""
-    environment = json.loads(row[8])
+    at = f"{location}: run {row[0]}"
+    environment = _json(row[8], "environment", at)
     host = row[11] if row[11] is not None else environment.get("hostname") if isinstance(environment, dict) else None
-    return RunRecord(id=row[0], study=row[1], source=row[2], spec=json.loads(row[3]), options=json.loads(row[4]),
-                     status=row[5], created=row[6], updated=row[7], environment=environment,
-                     extra=json.loads(row[9]), owner_role=row[10], owner_host=host)
+    return RunRecord(id=row[0], study=row[1], source=row[2], spec=_json(row[3], "spec", at),
+                     options=_json(row[4], "options", at), status=row[5], created=row[6], updated=row[7],
+                     environment=environment, extra=_json(row[9], "extra", at), owner_role=row[10], owner_host=host)
+
+
+def readable_runs(found: Sequence[Sequence[Any]], location: str, unreadable: list[str]) -> list[RunRecord]:
+    """The runs of `found` that can be read; each other one's reason goes to `unreadable` (a list
+    of the newest runs must not end at one colleague's bad row: `iolab runs` and `history` say
+    which runs they left out)."""
+    out = []
+    for row in found:
+        try:
+            out.append(run(row, location))
+        except UnreadableRow as exc:
+            unreadable.append(str(exc))
+    return out

@@ -47,6 +47,7 @@ class SqliteStore(Store):
         self.path = path
         self.location = str(path)
         self.read_only = read_only
+        self.unreadable: list[str] = []  # why runs() left runs out (store/rows.py readable_runs)
         if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True)
         if read_only and _on_read_only_mount(path):
@@ -177,12 +178,12 @@ class SqliteStore(Store):
     def runs(self, limit: int = 50) -> list[RunRecord]:
         found = self.db.execute(f"SELECT {self.run_cols} FROM runs ORDER BY created DESC LIMIT ?",
                                 (limit,)).fetchall()
-        return [rows.run(r) for r in found]
+        return rows.readable_runs(found, self.location, self.unreadable)
 
     def runs_with_prefix(self, prefix: str) -> list[RunRecord]:
         found = self.db.execute(f"SELECT {self.run_cols} FROM runs WHERE substr(id, 1, length(?)) = ?"
                                 " ORDER BY created DESC", (prefix, prefix)).fetchall()
-        return [rows.run(r) for r in found]
+        return [rows.run(r, self.location) for r in found]
 
     def origin_of(self, rec: RunRecord) -> tuple[str | None, str | None]:
         return rec.owner_role, rec.owner_host
@@ -191,7 +192,7 @@ class SqliteStore(Store):
         ours = self.origin_of(rec)
         with self.tx() as db:
             row = db.execute(f"SELECT {self.run_cols} FROM runs WHERE id=?", (rec.id,)).fetchone()
-            old = rows.run(row) if row else None
+            old = rows.run(row, self.location) if row else None
             replaced = old is not None and (old.owner_role, old.owner_host) != ours
             if old is not None and replaced and not force:
                 raise OriginConflict(self.location, rec.id, old.origin, rec.origin)
@@ -247,12 +248,12 @@ class SqliteStore(Store):
     def trials(self, run_id: str) -> list[TrialResult]:
         found = self.db.execute(f"SELECT {rows.TRIAL_READ} FROM trials WHERE run_id=? ORDER BY seq",
                                 (run_id,)).fetchall()
-        return [rows.trial(r) for r in found]
+        return [rows.trial(r, f"{self.location}: run {run_id}") for r in found]
 
     def raw(self, run_id: str, trial_id: str) -> Any:
         row = self.db.execute("SELECT raw_json FROM trials WHERE run_id=? AND trial_id=?",
                               (run_id, trial_id)).fetchone()
-        return rows.raw(row[0]) if row else None
+        return rows.raw(row[0], f"{self.location}: run {run_id}") if row else None
 
 
 def _stored(db: sqlite3.Connection, location: str) -> schema.Stored:
