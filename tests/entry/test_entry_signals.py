@@ -166,3 +166,38 @@ def test_a_stop_signal_that_click_turned_into_abort_says_interrupted(monkeypatch
             signal.signal(s, handler)
     assert e.value.code == 130
     assert capfd.readouterr().err.strip().endswith(said)
+
+
+# the stop signal arrives while matplotlib validates its default cycler (it catches BaseException
+# there and raises ValueError: a kill campaign under load saw the traceback); `cycler.cycler` is
+# what that validation calls, so the signal is sent from inside it, at that exact instant
+_MATPLOTLIB_STOPPED = """
+import os, signal, sys
+import cycler
+from iolab.core import signals
+
+signal.signal(signal.SIGTERM, signals._interrupt)  # the handler a running iolab has
+real = cycler.cycler
+
+def cycler_that_gets_the_stop(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10000):  # bytecode boundaries: the handler runs here unless the signal is held
+        pass
+    return real(*args, **kwargs)
+
+cycler.cycler = cycler_that_gets_the_stop
+try:
+    import iolab.report.charts
+except KeyboardInterrupt:
+    print("interrupted")
+    sys.exit(130)
+print("imported, the stop lost")
+"""
+
+
+def test_a_stop_signal_while_matplotlib_validates_its_defaults_is_a_clean_stop() -> None:
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _MATPLOTLIB_STOPPED], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 130 and r.stdout.strip() == "interrupted", r
+    assert "Traceback" not in r.stderr and "ValueError" not in r.stderr, r.stderr

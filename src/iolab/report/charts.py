@@ -18,15 +18,20 @@ import re
 import textwrap
 from typing import Any
 
-import matplotlib
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-from matplotlib.transforms import blended_transform_factory
-
+from iolab.core import signals
 from iolab.report.format import fmt_size
 from iolab.report.model import Chart, Series
+
+# matplotlib's import validates its default rc, and its cycler check turns any exception raised
+# meanwhile into a ValueError (validate_cycler catches BaseException): a stop signal landing there,
+# while a run writes its report, was a traceback instead of exit 130. The signal waits the import.
+with signals.held():
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    from matplotlib.transforms import blended_transform_factory
 
 # Okabe & Ito (2008), ordered so the first four are the most distinct.
 # Okabe-Ito yellow (#F0E442) is replaced by grey: it vanishes on a white background.
