@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from iolab.store import registry
+from iolab.store.base import Store
 from tests.core.helpers import Lab, make_lab
 
 from .pgserver import PG_BIN, PgServer, missing_binaries, set_read_only
@@ -51,3 +53,16 @@ def pg_lab(tmp_path: Path, server: PgServer) -> Iterator[tuple[Lab, str]]:
         yield lab, url
     finally:
         lab.force_cleanup()
+
+
+@pytest.fixture
+def store_with_run(tmp_path: Path, server: PgServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """The store API on a fresh database of the session's server, run "r" created (the data dir, where
+    the spool goes, in tmp_path)."""
+    monkeypatch.setenv("IOLAB_DATA", str(tmp_path))
+    s = registry.open_store(server.fresh_url())
+    try:
+        s.create_run("r", "s", "builtin:s", {}, {}, {})
+        yield s
+    finally:
+        s.close()

@@ -87,6 +87,17 @@ def _every_trial_once(url: str, run_id: str, expected: int) -> None:
     assert started == sorted(started), "the trials are stored in the order they ran"
 
 
+def _ended_whole(lab: Lab, url: str, returncode: int, err: str, trials: int = 6) -> None:
+    """The run ended well whatever the server did: exit 0 without a traceback, its one run complete
+    with every trial once and in order, the spool written, nothing of the run left."""
+    assert returncode == 0 and "Traceback" not in err, err
+    (run_id, status), = _runs(url)
+    assert status == "complete"
+    _every_trial_once(url, run_id, trials)
+    assert _spooled(lab) == 0, "the spool was written"
+    lab.assert_nothing_left()
+
+
 @needs_root
 @needs_fio
 def test_a_read_only_failover_mid_study_loses_nothing_and_duplicates_nothing(pg_lab: tuple[Lab, str],
@@ -104,15 +115,9 @@ def test_a_read_only_failover_mid_study_loses_nothing_and_duplicates_nothing(pg_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err
     assert "kept in the local spool" in " ".join(err.split()) and "takes writes again" in " ".join(err.split())
-    (run_id, status), = _runs(url)
-    assert status == "complete"
     assert stored_during < 6, "the server took no write while read-only"
-    _every_trial_once(url, run_id, 6)
-    assert _spooled(lab) == 0, "the spool was written"
-    lab.assert_nothing_left()
+    _ended_whole(lab, url, proc.returncode, err)
 
 
 @needs_root
@@ -136,12 +141,7 @@ def test_the_server_stopped_then_back_read_only_then_writable(pg_lab: tuple[Lab,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0 and "Traceback" not in err, err
-    (run_id, status), = _runs(url)
-    assert status == "complete"
-    _every_trial_once(url, run_id, 6)
-    assert _spooled(lab) == 0
-    lab.assert_nothing_left()
+    _ended_whole(lab, url, proc.returncode, err)
 
 
 @needs_root
@@ -346,19 +346,13 @@ def test_a_write_the_server_will_never_take_is_set_aside_and_the_run_goes_on(
         s.close()
 
 
-def test_a_lost_connection_under_a_running_store_is_retried(server: PgServer, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lost_connection_under_a_running_store_is_retried(server: PgServer, store_with_run: Any) -> None:
     """An administrator's pg_terminate_backend (57P01) between two writes: reconnected, written, not spooled."""
-    monkeypatch.setenv("IOLAB_DATA", str(tmp_path))
-    s = registry.open_store(server.fresh_url())
-    try:
-        s.create_run("r", "s", "builtin:s", {}, {}, {})
-        with server.admin() as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (s.conn.info.backend_pid,))  # type: ignore[attr-defined]
-        s.save_trial("r", _trial(0), None)
-        assert [t.trial_id for t in s.trials("r")] == ["c0-r0"] and s.waiting() == 0
-    finally:
-        s.close()
+    s = store_with_run
+    with server.admin() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (s.conn.info.backend_pid,))
+    s.save_trial("r", _trial(0), None)
+    assert [t.trial_id for t in s.trials("r")] == ["c0-r0"] and s.waiting() == 0
 
 
 def test_spool_of_two_processes_on_one_machine_keeps_each_runs_order(tmp_path: Path, server: PgServer,
