@@ -8,7 +8,7 @@ the write in the spool or to say so.
 
 A server that does not answer at all (frozen, its machine hung, a network that drops packets)
 raises nothing: libpq waits on its socket for ever. So every exchange has a deadline kept on
-this side (`answer_within`: a timer that shuts the socket down, which ends libpq's wait with a
+this side (`Watchdog`: a timer that shuts the socket down, which ends libpq's wait with a
 lost connection), and every session asks the server to give up a lock wait itself after
 LOCK_WAIT_S (`lock_timeout`: a colleague's `LOCK TABLE`, a long `VACUUM FULL`), so a write is
 retried and then kept in the spool instead of holding the run, and no backend is left waiting.
@@ -103,12 +103,14 @@ class Watchdog:
         return f"no answer within {self.seconds:g} s: a frozen or hung server, or a network that drops packets"
 
     @contextmanager
-    def on(self, conn: psycopg.Connection) -> Iterator[None]:
+    def on(self, conn: psycopg.Connection) -> Iterator[Watchdog]:
+        """The exchanges inside must be answered in time; if not, the connection is lost (the caller
+        closes it), and this watchdog (`fired`, `said`, or given to `open_error`) says why."""
         timer = threading.Timer(self.seconds, self._sever, (conn,))
         timer.daemon = True
         timer.start()
         try:
-            yield
+            yield self
         finally:
             timer.cancel()
             with self._lock:
@@ -128,15 +130,6 @@ class Watchdog:
                     dup.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-
-@contextmanager
-def answer_within(conn: psycopg.Connection, seconds: float) -> Iterator[Watchdog]:
-    """The exchanges inside must be answered within `seconds`; if not, the connection is lost
-    (the caller closes it) and the watchdog, given to `open_error`, says why."""
-    watch = Watchdog(seconds)
-    with watch.on(conn):
-        yield watch
 
 
 def connect(url: str, what: str) -> psycopg.Connection:

@@ -43,7 +43,6 @@ from iolab.store.pgconn import (
     READ_ANSWER_S,
     Link,
     Watchdog,
-    answer_within,
     connect,
     open_error,
 )
@@ -103,7 +102,7 @@ class PostgresStore(Store):
         """The server answers and takes writes now, and this role may write iolab's tables (or
         create them); a newer store this iolab may not write is refused."""
         location = shown(ref)
-        with connect(ref, what) as conn, answer_within(conn, ANSWER_S) as watch:
+        with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
             try:
                 pglayout.check_writable(conn, what, location)
             except psycopg.Error as exc:
@@ -111,7 +110,7 @@ class PostgresStore(Store):
 
     @classmethod
     def exists(cls, ref: str, what: str) -> bool:
-        with connect(ref, what) as conn, answer_within(conn, ANSWER_S) as watch:
+        with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
             try:
                 return pglayout.find(conn, shown(ref)).where != "none"
             except psycopg.Error as exc:
@@ -119,7 +118,7 @@ class PostgresStore(Store):
 
     @classmethod
     def stored_schema(cls, ref: str, what: str) -> schema.Stored:
-        with connect(ref, what) as conn, answer_within(conn, ANSWER_S) as watch:
+        with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
             try:
                 return pglayout.find(conn, shown(ref)).stored
             except psycopg.Error as exc:
