@@ -307,6 +307,7 @@ def _finish(store: Store, run_id: str, output: Path | None) -> str | None:
     the run's own outcome."""
     from iolab.publish.document import write_html
 
+    store.write_kept()
     waiting = store.waiting(run_id)
     problem = None
     if waiting:

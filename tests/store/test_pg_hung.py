@@ -26,12 +26,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from iolab.store import postgres
+from iolab.store import postgres, registry
 from iolab.store.pgconn import CONNECT_TIMEOUT_S, LOCK_WAIT_S
 from iolab.store.pgerrors import StoreFailed
 from tests.core.helpers import Lab, needs_fio, needs_root, one_line
 
-from .pgserver import PgServer
+from .pgserver import PgServer, set_read_only
 from .test_pg_outage import _ended_whole, _rows, _spec, _spooled, _trial
 
 
@@ -107,9 +107,64 @@ def test_a_colleagues_lock_sends_the_write_to_the_spool_instead_of_holding_the_r
     # the server gave up each wait itself: a few lock waits, not the lock's whole length
     assert took < 4 * LOCK_WAIT_S + 10, took
     assert len(notes) == 1 and "lock timeout" in one_line(notes[0]), notes
-    s.set_status("r", "complete")  # the lock is gone: everything kept is written first, once
-    assert [t.trial_id for t in s.trials("r")] == ["c0-r0", "c1-r1"] and s.waiting() == 0
-    assert s.resolve("r").status == "complete"
+    s.set_status("r", "complete")  # the lock is gone, but the pace has not come round: queued, in order
+    assert s.waiting() == 3
+    s.close()  # closing tries whatever the pace says: everything kept is written, once, in order
+    with _reopened(s) as again:
+        assert [t.trial_id for t in again.trials("r")] == ["c0-r0", "c1-r1"] and again.waiting() == 0
+        assert again.resolve("r").status == "complete"
+
+
+@contextmanager
+def _reopened(s: Any) -> Iterator[Any]:
+    """The same store opened again (the same spool: the same data dir)."""
+    again = registry.open_store(s.url)
+    try:
+        yield again
+    finally:
+        again.close()
+
+
+def test_while_writes_wait_a_frozen_server_is_not_knocked_on_at_every_write(
+        server: PgServer, store_with_run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, every write while others waited tried the server once: a frozen server cost each one
+    a connect timeout (10 s), so a run of 2 s trials took three times as long. Now the attempts are
+    paced (spool.Pacing): after the first write went to the spool, the next ones queue at once."""
+    monkeypatch.setenv("IOLAB_DB_RETRY_S", "1")
+    s = store_with_run
+    with frozen(server):
+        got, took = _within(90, lambda: s.save_trial("r", _trial(0), None))
+        assert got is None and s.waiting() == 1, got
+        got, took = _within(120, lambda: [s.save_trial("r", _trial(i), None) for i in range(1, 6)])
+        assert got == [None] * 5, got
+        assert took < CONNECT_TIMEOUT_S, f"5 writes took {took:.1f} s: the frozen server was tried again"
+        assert s.waiting() == 6
+    s.close()  # the server answers again: closing writes everything kept, in order
+    with _reopened(s) as again:
+        assert [t.trial_id for t in again.trials("r")] == [_trial(i).trial_id for i in range(6)]
+        assert again.waiting() == 0
+
+
+def test_a_write_once_the_pace_comes_round_writes_everything_kept(
+        server: PgServer, store_with_run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pace holds attempts back, never the writes for the rest of the run: once the server takes
+    writes again, the first write after the pace's wait writes everything kept, without closing."""
+    monkeypatch.setenv("IOLAB_DB_RETRY_S", "0.2")
+    s = store_with_run
+    set_read_only(server, True)
+    try:
+        s.save_trial("r", _trial(0), None)
+        s.save_trial("r", _trial(1), None)
+        assert s.waiting() == 2
+    finally:
+        set_read_only(server, False)
+    deadline = time.monotonic() + 30
+    while not s._pace.due() and time.monotonic() < deadline:  # a few seconds: fast failures, short waits
+        time.sleep(0.1)
+    assert s._pace.due(), s._pace
+    s.save_trial("r", _trial(2), None)
+    assert s.waiting() == 0, "the write after the pace wrote what was kept"
+    assert [t.trial_id for t in s.trials("r")] == [_trial(i).trial_id for i in range(3)]
 
 
 def test_a_read_from_a_frozen_server_ends_with_a_reason(server: PgServer, store_with_run: Any,

@@ -370,11 +370,15 @@ def test_spool_of_two_processes_on_one_machine_keeps_each_runs_order(tmp_path: P
         for t in threads:
             t.join(60)
         set_read_only(server, False)
-        a.set_status("ra", "complete")  # the next write of either writes everything kept first
-        for rid in ("ra", "rb"):
-            assert [t.trial_id for t in a.trials(rid)] == [f"c{i % 2}-r{i}" for i in range(3)]
-            assert a.resolve(rid).status == "complete"
-        assert a.waiting() == 0
+        a.close()  # closing writes everything kept, the other process's writes too, each run in order
+        c = registry.open_store(url)
+        try:
+            for rid in ("ra", "rb"):
+                assert [t.trial_id for t in c.trials(rid)] == [f"c{i % 2}-r{i}" for i in range(3)]
+                assert c.resolve(rid).status == "complete"
+            assert c.waiting() == 0
+        finally:
+            c.close()
     finally:
         a.close()
         b.close()

@@ -166,6 +166,10 @@ class Store(ABC):
         without a spool: 0)."""
         return 0
 
+    def write_kept(self) -> None:
+        """Try once, now, to write what the local spool keeps (at the end of a run, whatever the pace
+        of attempts says: what waits after this is what the run reports as waiting)."""
+
     def replay(self) -> Flushed | None:
         """Write everything the local spool kept for this store, in order (`iolab push --spool`);
         None for a backend without a spool."""

@@ -20,8 +20,9 @@ when forced, and the database's triggers keep what was replaced in `run_history`
 made with the time it was asked for. One the server cannot take is retried (a lost connection,
 a read-only server, a serialization failure: store/pgerrors.py, by SQLSTATE) for the retry
 window, then kept in the local spool; while anything is kept, later writes queue behind it,
-and they are written in order, each once, as soon as the server takes writes again (the next
-write, closing, `iolab push --spool`).
+and they are written in order, each once, once the server takes writes again (a later write,
+paced so that failed attempts take at most a tenth of the run: `spool.Pacing`; closing;
+`iolab push --spool`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class PostgresStore(Store):
         self.spool = Spool(self.location)
         self._mine: set[str] = set()  # runs this process created: their claims may wait in the spool
         self._keeping = False  # writes are going to the spool (for one notice per outage)
+        self._pace = spool.Pacing()  # when a write next tries to write what the spool keeps
         self.link = Link(url, what)
         try:
             self.role = str(self.conn.info.user)
@@ -131,7 +133,7 @@ class PostgresStore(Store):
     def close(self) -> None:
         try:
             if self.spooling:
-                self._flush_spool()
+                self._flush_spool(force=True)
         finally:
             self.link.close()
 
@@ -154,6 +156,7 @@ class PostgresStore(Store):
         if self._flush_spool():  # earlier writes still wait: this one queues behind them
             self._keep(op, None)
             return
+        started = time.monotonic()
         try:
             self.link.retrying(lambda: self._apply(op))
         except StoreFailed as exc:
@@ -161,6 +164,7 @@ class PostgresStore(Store):
                 self.spool.set_aside(op, str(exc))
                 self.notify(f"{exc}: that {op['op']} of run {op['run_id']} is set aside in {self.spool.rejected}")
             else:
+                self._pace.failed(time.monotonic() - started)
                 self._keep(op, str(exc))
 
     def _keep(self, op: Op, reason: str | None) -> None:
@@ -171,11 +175,15 @@ class PostgresStore(Store):
                         f"results are kept in the local spool {self.spool.path} and written when the store takes "
                         "them (nothing is lost)")
 
-    def _flush_spool(self) -> int:
-        """Write what the spool kept, oldest first; returns how many still wait."""
+    def _flush_spool(self, force: bool = False) -> int:
+        """Write what the spool kept, oldest first; returns how many still wait. Unless `force`d,
+        only when the pace says the server may be tried again (one attempt, no retry window)."""
         if self.spool.empty():
             self._keeping = False
+            self._pace.succeeded()
             return 0
+        if not force and not self._pace.due():
+            return self.spool.count()
 
         def write(op: Op) -> tuple[Outcome, str | None]:
             try:
@@ -183,7 +191,12 @@ class PostgresStore(Store):
             except StoreFailed as exc:
                 return ("rejected" if exc.kind == "refused" else "later"), str(exc)
             return "written", None
+        started = time.monotonic()
         done = self.spool.flush(write)
+        if done.left:
+            self._pace.failed(time.monotonic() - started)
+        else:
+            self._pace.succeeded()
         if done.written and not done.left:
             self.notify(f"results store {self.location} takes writes again: the {done.written} kept are written"
                         if self._keeping else
@@ -206,6 +219,10 @@ class PostgresStore(Store):
 
     def waiting(self, run_id: str | None = None) -> int:
         return self.spool.count(run_id)
+
+    def write_kept(self) -> None:
+        if self.spooling:
+            self._flush_spool(force=True)
 
     def _apply(self, op: Op) -> None:
         """One operation in one transaction, idempotent: made twice, the store is as after once."""

@@ -5,15 +5,20 @@ Every write a run makes is one operation: the run created, its status, a run-lev
 trial, a claim and its release. One the server cannot take now is appended (one JSON line,
 fsynced) to `$IOLAB_DATA/spool/<store>.jsonl`, one file per store location (its URL without
 the password, hashed; `key_of`), with the time it was made; every later write of any run into that store
-goes behind it, so the store receives them in the order they were made. The next write that
-reaches the server, closing the store, opening it for writing again and `iolab push --spool`
-write them, oldest first, each replayed with its own time, so the store ends exactly as if the
+goes behind it, so the store receives them in the order they were made. A later write that
+reaches the server (`Pacing` says when one tries), closing the store, opening it for writing
+again and `iolab push --spool` write them, oldest first, each replayed with its own time, so the store ends exactly as if the
 server had never been away. Every operation is idempotent (a trial is an upsert keyed by run and
 trial, a status or a datum is set, a run created once): a crash between writing one and
 forgetting it duplicates nothing. One the server proves it will never take (its data, an
 integrity constraint: store/pgerrors.py) is set aside in `<store>.rejected.jsonl` with the
 reason, for a person to look at, and does not hold the rest back. flock keeps two iolab
 processes on one machine from flushing one file at once.
+
+While writes wait, a store does not knock on every write (`Pacing`): a frozen server costs each
+attempt a connect timeout, and one attempt per trial tripled a run of short trials. Attempts
+back off (up to 2 min), and take at most a tenth of the run's time while an attempt costs up to
+13 s (a frozen server's connect timeout is 10 s).
 
 A line without "op" is a trial kept by an iolab from before operations were spooled.
 """
@@ -25,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +59,37 @@ def trial_op(run_id: str, trial: TrialResult, raw: Any, at: float) -> Op:
 
 def trial_of(op: Op) -> TrialResult:
     return TrialResult(**op["trial"])
+
+
+@dataclass
+class Pacing:
+    """When a store tries its server again while writes wait in the spool. After a failed attempt
+    the next one waits `first_s`, doubling with every failure in a row, and at least
+    (1 - share) / share times what the failed attempt cost, never more than `most_s`: attempts
+    that fail take at most `share` of the run's time while one costs up to 13 s (a frozen server:
+    a 10 s connect timeout, then 90 s without one), and writes wait at most `most_s` after the
+    server is back. Closing the store and `iolab push --spool` try whatever the pace says; a
+    success resets it."""
+
+    first_s: float = 1.0
+    most_s: float = 120.0
+    share: float = 0.1
+    failures: int = 0
+    next_at: float = 0.0  # time.monotonic() before which a write does not try the server
+
+    def due(self, now: float | None = None) -> bool:
+        return (time.monotonic() if now is None else now) >= self.next_at
+
+    def failed(self, cost_s: float, now: float | None = None) -> float:
+        """Record a failed attempt that took `cost_s`; returns the wait before the next one."""
+        self.failures += 1
+        wait = min(self.most_s, max(self.first_s * 2 ** (self.failures - 1),
+                                    max(cost_s, 0.0) * (1 - self.share) / self.share))
+        self.next_at = (time.monotonic() if now is None else now) + wait
+        return wait
+
+    def succeeded(self) -> None:
+        self.failures, self.next_at = 0, 0.0
 
 
 @dataclass
