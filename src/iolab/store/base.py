@@ -169,6 +169,7 @@ class Store(ABC):
     def write_kept(self) -> None:
         """Try once, now, to write what the local spool keeps (at the end of a run, whatever the pace
         of attempts says: what waits after this is what the run reports as waiting)."""
+        return None  # a backend without a spool keeps nothing
 
     def replay(self) -> Flushed | None:
         """Write everything the local spool kept for this store, in order (`iolab push --spool`);

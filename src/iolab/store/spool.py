@@ -7,8 +7,8 @@ fsynced) to `$IOLAB_DATA/spool/<store>.jsonl`, one file per store location (its 
 the password, hashed; `key_of`), with the time it was made; every later write of any run into that store
 goes behind it, so the store receives them in the order they were made. A later write that
 reaches the server (`Pacing` says when one tries), closing the store, opening it for writing
-again and `iolab push --spool` write them, oldest first, each replayed with its own time, so the store ends exactly as if the
-server had never been away. Every operation is idempotent (a trial is an upsert keyed by run and
+again and `iolab push --spool` write them, oldest first, each replayed with its own time, so
+the store ends exactly as if the server had never been away. Every operation is idempotent (a trial is an upsert keyed by run and
 trial, a status or a datum is set, a run created once): a crash between writing one and
 forgetting it duplicates nothing. One the server proves it will never take (its data, an
 integrity constraint: store/pgerrors.py) is set aside in `<store>.rejected.jsonl` with the
