@@ -3,17 +3,17 @@ network, a failover or a read-only server.
 
 Every write a run makes is one operation: the run created, its status, a run-level datum, a
 trial, a claim and its release. One the server cannot take now is appended (one JSON line,
-fsynced) to `$IOLAB_DATA/spool/<store>.jsonl`, one file per store location (its URL without
-the password, hashed; `key_of`), with the time it was made; every later write of any run into that store
-goes behind it, so the store receives them in the order they were made. A later write that
+fsynced) to `$IOLAB_DATA/spool/<store>.jsonl`, one file per store location (its URL without the
+password, hashed; `key_of`), with the time it was made; every later write of any run into that
+store goes behind it, so the store receives them in the order they were made. A later write that
 reaches the server (`Pacing` says when one tries), closing the store, opening it for writing
-again and `iolab push --spool` write them, oldest first, each replayed with its own time, so
-the store ends exactly as if the server had never been away. Every operation is idempotent (a trial is an upsert keyed by run and
-trial, a status or a datum is set, a run created once): a crash between writing one and
-forgetting it duplicates nothing. One the server proves it will never take (its data, an
-integrity constraint: store/pgerrors.py) is set aside in `<store>.rejected.jsonl` with the
-reason, for a person to look at, and does not hold the rest back. flock keeps two iolab
-processes on one machine from flushing one file at once.
+again and `iolab push --spool` write them, oldest first, each replayed with its own time, so the
+store ends exactly as if the server had never been away. Every operation is idempotent (a trial
+is an upsert keyed by run and trial, a status or a datum is set, a run created once): a crash
+between writing one and forgetting it duplicates nothing. One the server proves it will never
+take (its data, an integrity constraint: store/pgerrors.py) is set aside in
+`<store>.rejected.jsonl` with the reason, for a person to look at, and does not hold the rest
+back. flock keeps two iolab processes on one machine from flushing one file at once.
 
 While writes wait, a store does not knock on every write (`Pacing`): a frozen server costs each
 attempt a connect timeout, and one attempt per trial tripled a run of short trials. Attempts
