@@ -312,13 +312,16 @@ def test_errors_are_classified_by_sqlstate(server: PgServer) -> None:
             admin.execute("CREATE ROLE outage_nobody LOGIN")
         with psycopg.connect(server.url(url.split("/")[3].split("?")[0], "outage_nobody"), autocommit=True) as nobody:
             grab("privilege", "UPDATE iolab.runs SET status='x'", nobody)
+        conn.execute("INSERT INTO iolab.role_quota VALUES (current_user, 0) ON CONFLICT (role) DO UPDATE"
+                     " SET max_bytes = 0")
+        grab("quota", "UPDATE iolab.runs SET extra_json = repeat('x', 1000)", conn)  # 53400: until raised
         pid = conn.info.backend_pid
         with server.admin() as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         grab("terminated", "SELECT 1", conn)
     assert seen == {"read_only": "read_only", "refused_unique": "refused", "refused_data": "refused",
                     "refused_client": "refused",
-                    "serialization": "busy", "lock_timeout": "busy", "privilege": "later",
+                    "serialization": "busy", "lock_timeout": "busy", "privilege": "later", "quota": "later",
                     "terminated": "connection"}, seen
 
 

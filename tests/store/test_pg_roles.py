@@ -353,3 +353,127 @@ def test_a_colleagues_malformed_runs_break_no_one_elses_reads(team: Team, tmp_pa
     assert all(b in " ".join(compared["stderr"].split()) for b in bobs), "compare names the runs it left out"
     for b, r in zip(bobs, reports, strict=True):
         assert r["exit"] == 2 and b in " ".join(r["stderr"].split()), (bobs[b], r)
+
+
+def _usage(team: Team, role: str) -> int:
+    with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+        row = conn.execute("SELECT bytes FROM iolab.role_usage WHERE role=%s", (team.role(role),)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _set_quota(team: Team, role: str, max_bytes: int | None) -> None:
+    """As the tables' owner (iolab_admin): the way docs/store.md says to raise or set a quota."""
+    with psycopg.connect(team.url("iolab_admin"), autocommit=True) as conn:
+        if max_bytes is None:
+            conn.execute("DELETE FROM iolab.role_quota WHERE role=%s", (team.role(role),))
+        else:
+            conn.execute("INSERT INTO iolab.role_quota VALUES (%s, %s) ON CONFLICT (role) DO UPDATE"
+                         " SET max_bytes = excluded.max_bytes", (team.role(role), max_bytes))
+
+
+def test_a_colleague_cannot_fill_the_team_store(team: Team, tmp_path: Path) -> None:
+    """Row-level security limits whose rows a writer changes, not how much it writes: before, bob
+    could write a trial of any size, or rewrite his own trial again and again (each old version
+    kept in the history), until the server's disk was full for everyone. Now the database
+    charges every byte a login role makes it keep against that role's quota (schema version 4),
+    whatever bob does in plain SQL, and only the tables' owner changes a quota."""
+    bob_run = f"quota-bob-{team.tag}"
+    base = _usage(team, "bob")
+    _set_quota(team, "bob", base + 200_000)
+    try:
+        with psycopg.connect(team.url("bob"), autocommit=True) as conn:
+            conn.execute("INSERT INTO iolab.runs (id, study, source, spec_json, options_json, status, created, updated,"
+                         " environment_json) VALUES (%s, 'quota', 'builtin:quota', '{}', '{}', 'running', 0, 0, '{}')",
+                         (bob_run,))
+            trial = ("INSERT INTO iolab.trials (run_id, trial_id, config_id, repetition, params_json, status,"
+                     " metrics_json, probes_json, flags_json, manifest_json, raw_json, started, ended, seq)"
+                     " VALUES (%s, %s, 'c', 0, '{}', 'ok', '{}', '{}', '[]', '{}', %s, 0, 1, 0)")
+            # one huge row: refused whole, nothing of it stored
+            with pytest.raises(psycopg.Error) as huge:
+                conn.execute(trial, (bob_run, "huge", json.dumps("x" * 1_000_000)))
+            assert huge.value.sqlstate == "53400" and team.role("bob") in str(huge.value), huge.value
+            # many rewrites of one small row: each old version is kept in trial_history, so each counts
+            conn.execute(trial, (bob_run, "t0", json.dumps("0" * 40_000)))
+            with pytest.raises(psycopg.Error) as rewrites:
+                for k in range(1, 50):
+                    conn.execute("UPDATE iolab.trials SET raw_json=%s WHERE run_id=%s AND trial_id='t0'",
+                                 (json.dumps(str(k % 10) * 40_000), bob_run))
+            assert rewrites.value.sqlstate == "53400", rewrites.value
+            assert k < 6, f"{k} rewrites of 40 kB passed a quota of 200 kB"
+            # SET ROLE to the group does not move the charge
+            conn.execute(f"SET ROLE {team.role('iolab_writers')}")
+            with pytest.raises(psycopg.Error) as as_group:
+                conn.execute("INSERT INTO iolab.runs (id, study, source, spec_json, options_json, status, created,"
+                             " updated, environment_json, owner_role) VALUES (%s, 'quota', 'q', %s, '{}', 'running',"
+                             " 0, 0, '{}', current_user)", (bob_run + "-group", json.dumps("y" * 300_000)))
+            assert as_group.value.sqlstate == "53400", as_group.value
+            conn.execute("RESET ROLE")
+            # the quota is not bob's to change
+            for sql in ("UPDATE iolab.role_quota SET max_bytes = 1e15", "DELETE FROM iolab.role_quota",
+                        "UPDATE iolab.role_usage SET bytes = 0", "DELETE FROM iolab.role_usage",
+                        f"INSERT INTO iolab.role_quota VALUES ('{team.role('bob')}x', 1)",
+                        "DROP TRIGGER charge_trial ON iolab.trials", "ALTER TABLE iolab.trials DISABLE TRIGGER ALL"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(sql)
+        assert _usage(team, "bob") <= base + 200_000, "what was refused is not charged"
+        with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+            kept = conn.execute("SELECT count(*) FROM iolab.trial_history WHERE run_id=%s", (bob_run,)).fetchone()[0]
+            assert kept < 6, kept
+        # alice is charged for her own writes only: bob's full quota does not stop her
+        with psycopg.connect(team.url("alice"), autocommit=True) as conn:
+            conn.execute("INSERT INTO iolab.runs (id, study, source, spec_json, options_json, status, created, updated,"
+                         " environment_json) VALUES (%s, 'quota', 'q', '{}', '{}', 'running', 0, 0, '{}')",
+                         (f"quota-alice-{team.tag}",))
+    finally:
+        _set_quota(team, "bob", None)
+        with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+            conn.execute("DELETE FROM iolab.trials WHERE run_id LIKE 'quota-%'")
+            conn.execute("DELETE FROM iolab.runs WHERE id LIKE 'quota-%'")
+
+
+def test_a_run_over_its_quota_loses_nothing_and_push_spool_completes_it_once_raised(team: Team) -> None:
+    """A real study by bob whose quota fills mid-run (the tables' owner lowers it after the first
+    trial): the writes the database refuses (53400) are kept in the local spool, the run ends
+    saying so (exit 1); bob's next run does not start (exit 2, nothing created) and doctor says
+    why; once the quota is raised, `iolab push --spool` writes them: the run complete, every
+    trial once."""
+    lab = make_lab(team.data / "quota-lab")
+    lab.env["IOLAB_DB_RETRY_S"] = "0.5"
+    try:
+        spec = lab.spec(study_table("quota", repetitions=2, max_repetitions=2) + LOOP_TARGET
+                        + fio_workload(bs=["4k", "8k"]))
+        proc = lab.popen("run", spec, "--db", team.url("bob"))
+        try:
+            def stored() -> int:
+                with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+                    return int(conn.execute("SELECT count(*) FROM iolab.trials t JOIN iolab.runs r ON r.id = t.run_id"
+                                            " WHERE r.study = 'quota'").fetchone()[0])
+            lab.wait_until(lambda: stored() >= 1, 120, "bob's first stored trial", proc)
+            _set_quota(team, "bob", _usage(team, "bob"))  # full from now on
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        said = " ".join(err.split())
+        assert proc.returncode == 1 and "Traceback" not in err, err
+        assert "has used its quota" in said and "wait in the local spool" in said and "CONTEXT" not in said, said
+        run_id = re.findall(r"run (\S+) \(quota\)", err)[0]
+        # over its quota, bob's next run does not start: exit 2, nothing created, the spool kept
+        doctor = lab.iolab("doctor", "--db", team.url("bob"))
+        assert "has used its quota" in " ".join(doctor.stdout.split()), doctor.stdout
+        again = lab.iolab("run", spec, "--db", team.url("bob"), timeout=300)
+        assert again.returncode == 2 and "has used its quota" in " ".join(again.stderr.split()), again.stderr
+        with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM iolab.runs WHERE study='quota'").fetchone() == (1,)
+        _set_quota(team, "bob", None)  # back to the default for every role
+        pushed = lab.iolab("push", "--spool", "--to", team.url("bob"))
+        assert pushed.returncode == 0, pushed.stderr
+        with psycopg.connect(team.server.url(team.db), autocommit=True) as conn:
+            status, = conn.execute("SELECT status FROM iolab.runs WHERE id=%s", (run_id,)).fetchone()
+            ids = [t for t, in conn.execute("SELECT trial_id FROM iolab.trials WHERE run_id=%s", (run_id,))]
+        assert status == "complete" and len(ids) == 4 == len(set(ids)), (status, ids)
+        lab.assert_nothing_left()
+    finally:
+        _set_quota(team, "bob", None)
+        lab.force_cleanup()

@@ -253,3 +253,48 @@ def test_iolab_migrate_creates_or_upgrades_and_says_the_range(pg_server: PgServe
         assert r.returncode == 0, r.stderr
         assert f"schema v{schema.LATEST} (this iolab: v{schema.LATEST}; read by iolab from v1, written from v3)" \
             in " ".join(r.stdout.split())
+
+
+def test_a_writer_that_may_not_migrate_writes_a_store_whose_only_pending_migration_is_the_quota(
+        pg_server: PgServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upgrading iolab on the writers' machines before the tables' owner runs `iolab migrate` must
+    not stop the team: schema version 4 (quotas) is enforced by the server and needs nothing of
+    the client, so a writer that may not migrate writes a version-3 store as it is; the owner's
+    `iolab migrate` then adds the quotas and charges what the writer stored."""
+    monkeypatch.setenv("IOLAB_DATA", str(tmp_path))
+    url = pg_server.fresh_url()  # owned by the server's admin role, as a team store's tables are
+    writer = f"w_{url.split('/')[3].split('?')[0][2:]}"
+    with monkeypatch.context() as old_iolab:  # an iolab of schema version 3 creates the store
+        old_iolab.setattr(schema, "MIGRATIONS", tuple(m for m in schema.MIGRATIONS if m.version <= 3))
+        registry.open_store(url).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT value FROM iolab.meta WHERE key='schema_version'").fetchone() == ("3",)
+        conn.execute(f"CREATE ROLE {writer} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA iolab TO {writer}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA iolab TO {writer}")
+        conn.execute(f"GRANT INSERT, UPDATE ON iolab.runs, iolab.trials TO {writer}")
+    writer_url = url.replace("postgresql://iolab@", f"postgresql://{writer}@")
+    try:
+        registry.backend_for(writer_url, "results store").check_target(writer_url, "results store")
+        s = registry.open_store(writer_url)
+        try:
+            s.create_run("w1", "s", "builtin:s", {}, {}, {})
+            s.save_trial("w1", _trial(0), {"raw": 0})
+            assert s.waiting() == 0 and [t.trial_id for t in s.trials("w1")] == ["n0"]
+        finally:
+            s.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute("SELECT value FROM iolab.meta WHERE key='schema_version'").fetchone() == ("3",)
+        r = subprocess.run([sys.executable, "-m", "iolab.cli", "migrate", "--db", url], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute("SELECT value FROM iolab.meta WHERE key='schema_version'").fetchone() == \
+                (str(schema.LATEST),)
+            used, = conn.execute("SELECT bytes FROM iolab.role_usage WHERE role=%s", (writer,)).fetchone()
+            assert used > 0, "what the writer stored before the quotas counts for it"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {writer}")  # its grants in that database
+        with pg_server.admin() as admin:
+            admin.execute(f"DROP ROLE {writer}")

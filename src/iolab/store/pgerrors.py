@@ -15,8 +15,10 @@ other error keeps the write for later, so nothing finished is lost whatever the 
                 (lock not available), 57014 (statement timeout), 58 (I/O error): retry
     refused     22 (data exception), 23 (integrity constraint violation), and a value the client
                 cannot send at all (psycopg's DataError without SQLSTATE: a NUL in text): never
-    later       anything else (e.g. 42501 insufficient privilege until an administrator grants
-                it, 42P01 a table not there yet, a query the client refuses): no retry now, kept
+    later       53400 (configuration limit: a role over its quota in the team store, schema
+                version 4, until the tables' owner raises it) and anything else (e.g. 42501
+                insufficient privilege until an administrator grants it, 42P01 a table not there
+                yet, a query the client refuses): no retry now, kept
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def kind(exc: psycopg.Error) -> Kind:
         return "connection"
     if state == "25006":
         return "read_only"
+    if state == "53400":  # a limit that waiting does not lift (a role's quota: store/schema.py)
+        return "later"
     if state[:2] in _BUSY_CLASSES or state == "57014":
         return "busy"
     if state[:2] in ("22", "23"):

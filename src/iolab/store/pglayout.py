@@ -94,6 +94,9 @@ def migrate(conn: psycopg.Connection, location: str) -> Layout:
     found = find(conn, location)
     if found.where == "iolab" and not schema.pending(found.stored, location):
         return found
+    if found.where == "iolab" and schema.writable_as_is(schema.pending(found.stored, location)) \
+            and not may_migrate(conn):
+        return found  # e.g. quotas (version 4): the tables' owner adds them with `iolab migrate`
     # a session lock taken before the transaction: the transaction then starts after the other
     # migrator's commit and sees its tables (a lock taken inside would leave the catalog cache
     # of an earlier snapshot, and the migration would run twice)
@@ -108,6 +111,14 @@ def migrate(conn: psycopg.Connection, location: str) -> Layout:
         if not conn.closed and not conn.broken:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
     return find(conn, location)
+
+
+def may_migrate(conn: psycopg.Connection) -> bool:
+    """This role may alter iolab's tables (it owns them, or is a member of the role that does) and
+    create in its schema: what every migration needs."""
+    row = conn.execute("SELECT has_schema_privilege(%s, 'CREATE') AND pg_has_role(c.relowner, 'USAGE')"
+                       " FROM pg_class c WHERE c.oid = to_regclass(%s)", (SCHEMA, f"{SCHEMA}.runs")).fetchone()
+    return bool(row and row[0])
 
 
 def _migrate_locked(conn: psycopg.Connection, location: str) -> None:
@@ -161,7 +172,8 @@ def check_writable(conn: psycopg.Connection, what: str, location: str) -> None:
                            " THEN has_database_privilege(current_database(), 'CREATE')"
                            " ELSE has_schema_privilege(%s, 'CREATE') END", (SCHEMA, SCHEMA)).fetchone()
         problem = f"may not create iolab's tables (no CREATE on the database or on schema {SCHEMA})"
-    elif found.where == "public" or schema.pending(found.stored, location):
+    elif found.where == "public" or (schema.pending(found.stored, location) and not (
+            schema.writable_as_is(schema.pending(found.stored, location)) and not may_migrate(conn))):
         return  # the migration says whether this role may upgrade it
     else:
         row = conn.execute(
@@ -171,3 +183,25 @@ def check_writable(conn: psycopg.Connection, what: str, location: str) -> None:
         problem = "may not write to iolab's tables"
     if not (row and row[0]):
         raise InputError(f"{what} {location}: role {role!r} {problem} (docs/store.md#roles)")
+    if found.where == "iolab" and (found.stored.version or 0) >= 4:
+        _check_quota(conn, what, location)
+
+
+RUN_ROOM_BYTES = 64 * 1024  # what a run needs free in its role's quota to start: the run and a few trials
+
+
+def _check_quota(conn: psycopg.Connection, what: str, location: str) -> None:
+    """A role that has used its quota (schema version 4: the database refuses its writes) starts no run.
+    A role that may not read the quota tables (granted before they existed) is left to the database."""
+    may = conn.execute("SELECT has_table_privilege(%s, 'SELECT') AND has_table_privilege(%s, 'SELECT')",
+                       (f"{SCHEMA}.role_usage", f"{SCHEMA}.role_quota")).fetchone()
+    if not (may and may[0]):
+        return
+    row = conn.execute(
+        f"SELECT session_user, coalesce((SELECT bytes FROM {SCHEMA}.role_usage WHERE role = session_user), 0),"
+        f" (SELECT max_bytes FROM {SCHEMA}.role_quota WHERE role IN (session_user, '*') ORDER BY role = '*' LIMIT 1)"
+    ).fetchone()
+    if row and row[2] is not None and row[2] - row[1] < RUN_ROOM_BYTES:
+        raise InputError(f"{what} {location}: role {row[0]!r} has used its quota in the team store ({row[1]} of "
+                         f"{row[2]} bytes; a run starts with {RUN_ROOM_BYTES} free): the tables' owner raises it "
+                         "(docs/store.md#quotas), or run into a local store (--db PATH) and `iolab push` the run later")

@@ -43,6 +43,9 @@ class Migration:
     sqlite: tuple[str, ...] = ()  # after `statements`, SQLite only
     readers_from: int = 1  # the oldest schema version that still reads a store with this migration
     writers_from: int = 1  # ... and that still writes it
+    # this iolab writes a store without it (the server's own enforcement, nothing the client reads):
+    # a role that may not migrate writes the store as it is until the tables' owner adds it
+    clients_need: bool = True
 
     def for_backend(self, backend: Backend) -> list[str]:
         prefix = f"{SCHEMA}." if backend == "postgres" else ""
@@ -62,6 +65,7 @@ _RUN_JSON = ("'id', OLD.id, 'study', OLD.study, 'source', OLD.source, 'spec_json
 _TRIAL_FIELDS = ("config_id", "repetition", "params_json", "status", "error", "metrics_json", "probes_json",
                  "flags_json", "manifest_json", "raw_json", "started", "ended", "seq")
 _TRIAL_JSON = "'run_id', OLD.run_id, 'trial_id', OLD.trial_id, " + ", ".join(f"'{f}', OLD.{f}" for f in _TRIAL_FIELDS)
+DEFAULT_QUOTA_BYTES = 20 * 2**30  # per login role (iolab.role_quota '*'): thousands of studies' runs
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 # the run's trials, for a policy on trials: only the owner of a run adds or changes its trials
 _OWNS_RUN = "EXISTS (SELECT 1 FROM iolab.runs r WHERE r.id = trials.run_id AND r.owner_role = current_user)"
@@ -187,6 +191,68 @@ MIGRATIONS: tuple[Migration, ...] = (
             BEGIN INSERT INTO trial_history VALUES (OLD.run_id, OLD.trial_id, 'deleted', {_SQLITE_NOW}, NULL,
                 json_object({_TRIAL_JSON})); END""",
     ), readers_from=1, writers_from=3),
+    Migration(4, "(PostgreSQL) a quota per login role, kept by the database: a colleague's writes cannot fill "
+                 "the team store", (), postgres=(
+        # what each login role may make the store keep; the row '*' is every role's default
+        """CREATE TABLE IF NOT EXISTS iolab.role_quota (
+            role TEXT PRIMARY KEY,
+            max_bytes BIGINT NOT NULL CHECK (max_bytes >= 0)
+        )""",
+        f"INSERT INTO iolab.role_quota VALUES ('*', {DEFAULT_QUOTA_BYTES}) ON CONFLICT (role) DO NOTHING",
+        """CREATE TABLE IF NOT EXISTS iolab.role_usage (
+            role TEXT PRIMARY KEY,
+            bytes BIGINT NOT NULL DEFAULT 0
+        )""",
+        # what is stored already counts for its run's owner
+        """INSERT INTO iolab.role_usage (role, bytes)
+            SELECT role, sum(bytes)::bigint FROM (
+                SELECT owner_role AS role, octet_length(r::text) AS bytes FROM iolab.runs r
+                UNION ALL
+                SELECT r.owner_role, octet_length(t::text) FROM iolab.trials t JOIN iolab.runs r ON r.id = t.run_id
+            ) stored WHERE role IS NOT NULL GROUP BY role
+            ON CONFLICT (role) DO NOTHING""",
+        # every byte a login role makes the store keep counts: a row added; a trial replaced (the
+        # old row stays in trial_history); a run grown, or replaced by another origin (history
+        # again). session_user, not current_user: SET ROLE does not move the charge; SECURITY
+        # DEFINER: writers need (and get) no right on these tables. 53400 is "busy" to iolab:
+        # the write is kept in the spool, nothing is lost, and written once the quota is raised.
+        """CREATE OR REPLACE FUNCTION iolab.charge_role() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+            SET search_path = pg_catalog, pg_temp AS $$
+        DECLARE
+            added BIGINT;
+            used BIGINT;
+            allowed BIGINT;
+        BEGIN
+            IF TG_OP = 'INSERT' THEN
+                added := octet_length(NEW::text);
+            ELSIF TG_TABLE_NAME = 'trials' THEN
+                added := CASE WHEN OLD.* IS DISTINCT FROM NEW.* THEN octet_length(NEW::text) ELSE 0 END;
+            ELSIF OLD.owner_role IS DISTINCT FROM NEW.owner_role OR OLD.owner_host IS DISTINCT FROM NEW.owner_host THEN
+                added := octet_length(NEW::text);
+            ELSE
+                added := octet_length(NEW::text) - octet_length(OLD::text);
+            END IF;
+            IF added = 0 THEN RETURN NULL; END IF;
+            INSERT INTO iolab.role_usage AS u (role, bytes) VALUES (session_user, added)
+                ON CONFLICT (role) DO UPDATE SET bytes = u.bytes + excluded.bytes
+                RETURNING u.bytes INTO used;
+            SELECT max_bytes INTO allowed FROM iolab.role_quota
+                WHERE role IN (session_user, '*') ORDER BY role = '*' LIMIT 1;
+            IF added > 0 AND allowed IS NOT NULL AND used > allowed THEN
+                RAISE EXCEPTION 'role % has used its quota in the team store: % bytes, % allowed', session_user,
+                    used, allowed
+                    USING ERRCODE = '53400',
+                          HINT = 'the tables'' owner raises it: INSERT INTO iolab.role_quota VALUES (role, bytes) '
+                                 'ON CONFLICT (role) DO UPDATE SET max_bytes = excluded.max_bytes';
+            END IF;
+            RETURN NULL;
+        END $$""",
+        "REVOKE ALL ON FUNCTION iolab.charge_role() FROM PUBLIC",
+        "CREATE TRIGGER charge_run AFTER INSERT OR UPDATE ON iolab.runs FOR EACH ROW "
+        "EXECUTE FUNCTION iolab.charge_role()",
+        "CREATE TRIGGER charge_trial AFTER INSERT OR UPDATE ON iolab.trials FOR EACH ROW "
+        "EXECUTE FUNCTION iolab.charge_role()",
+    ), readers_from=1, writers_from=3, clients_need=False),
 )
 
 LATEST = MIGRATIONS[-1].version
@@ -236,6 +302,11 @@ def pending(s: Stored, location: str) -> list[Migration]:
     order; IolabError when this iolab may not write it."""
     check_write(s, location)
     return [m for m in MIGRATIONS if s.version is None or m.version > s.version]
+
+
+def writable_as_is(todo: list[Migration]) -> bool:
+    """This iolab writes a store whose only pending migrations are `todo` without applying them."""
+    return bool(todo) and not any(m.clients_need for m in todo)
 
 
 def compatibility(version: int) -> tuple[int, int]:

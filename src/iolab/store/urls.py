@@ -162,7 +162,9 @@ def scrub(arg: str) -> str:
 def scrub_message(message: str, ref: str) -> str:
     """A driver message about `ref` with every form of its secrets (and the URL as given) removed,
     on one line: libpq's connection errors name the host and the user, never meant the password,
-    and this makes sure of it."""
+    and this makes sure of it. A server's CONTEXT lines (where in a PL/pgSQL function it was
+    raised) are left out: the message and its HINT say what to do."""
+    message = message.split("\nCONTEXT:", 1)[0]
     for secret in [ref, *secrets_of(ref)]:
         message = message.replace(secret, HIDDEN)
     return " ".join(message.split())[:500]
