@@ -397,3 +397,54 @@ def test_one_spool_per_store_however_its_url_is_spelled(tmp_path: Path) -> None:
                                                        "postgresql://alice@db.example.org/iolab?password=x")}
     assert len(paths) == 1, paths
     assert Spool(shown("postgresql://bob@db.example.org/iolab"), tmp_path).path not in paths
+
+
+@needs_root
+def test_a_full_disk_under_the_spool_ends_the_write_cleanly_and_tears_no_line(
+        tmp_path: Path, server: PgServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spool on a real tmpfs of 64 KiB, filled; the server read-only, so a write must be kept.
+    Before, the half-written line stayed in the spool (every later flush ended in a JSONDecodeError)
+    and the write raised a bare OSError. Now the spool is as before the write and the write raises
+    DataDirUnwritable, which ends a run cleanly like a full ledger; once there is room, what was
+    kept is written, in order."""
+    from iolab.core.errors import DataDirUnwritable
+
+    monkeypatch.setenv("IOLAB_DATA", str(tmp_path))
+    monkeypatch.setenv("IOLAB_DB_RETRY_S", "0.2")
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "iolab-test-spool", str(spool_dir)], check=True)
+    url = server.fresh_url()
+    s = registry.open_store(url)
+    try:
+        s.create_run("r", "s", "builtin:s", {}, {}, {})
+        set_read_only(server, True)
+        try:
+            s.save_trial("r", _trial(0), None)
+            assert s.waiting() == 1
+            (kept,) = _spool_files_in(spool_dir)
+            before = kept.read_bytes()
+            with open(spool_dir / "filler", "wb", buffering=0) as filler:  # the disk fills: every page taken
+                try:
+                    while True:
+                        filler.write(b"\0" * 4096)
+                except OSError:
+                    pass
+            with pytest.raises(DataDirUnwritable, match="cannot keep a write"):
+                s.save_trial("r", _trial(1), {"raw": "x" * 20_000})  # more than the last page holds
+            assert kept.read_bytes() == before, "a torn line was left in the spool"
+            (spool_dir / "filler").unlink()
+        finally:
+            set_read_only(server, False)
+        s.close()  # room again, the server writable: closing writes what was kept
+        again = registry.open_store(url)
+        try:
+            assert [t.trial_id for t in again.trials("r")] == [_trial(0).trial_id] and again.waiting() == 0
+        finally:
+            again.close()
+    finally:
+        subprocess.run(["umount", "-l", str(spool_dir)], check=False)
+
+
+def _spool_files_in(directory: Path) -> list[Path]:
+    return [f for f in directory.glob("*.jsonl") if not f.name.endswith(".rejected.jsonl")]

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from iolab.core import paths
+from iolab.core.errors import DataDirUnwritable
 from iolab.core.model import TrialResult
 
 # "written"; "later" (the server cannot take it now: keep it and everything after it);
@@ -125,12 +126,26 @@ class Spool:
             return True
 
     def add(self, op: Op) -> None:
-        """Keep one operation, durably, until a flush writes it."""
-        line = json.dumps({"store": self.location, **op}, default=str)
-        with self._locked() as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Keep one operation, durably, until a flush writes it. A disk that is full or read-only
+        ends the run (DataDirUnwritable, as for the ledger) and leaves the file as it was: a line
+        written in part would be a torn line that every later flush has to set aside."""
+        line = (json.dumps({"store": self.location, **op}, default=str) + "\n").encode()
+        try:
+            with self._locked() as f:
+                fd = f.fileno()
+                end = os.lseek(fd, 0, os.SEEK_END)
+                torn = end > 0 and os.pread(fd, 1, end - 1) != b"\n"  # a crash cut the last line short
+                try:
+                    view = memoryview(b"\n" + line if torn else line)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, end)
+                    raise
+        except OSError as exc:
+            raise DataDirUnwritable(f"cannot keep a write for {self.location} in the local spool {self.path} "
+                                    f"({exc.strerror or exc}): the store did not take it either") from None
 
     def set_aside(self, op: Op, reason: str) -> None:
         """An operation the server will never take, kept for a person with the reason."""
@@ -141,12 +156,13 @@ class Spool:
             os.fsync(bad.fileno())
 
     def entries(self) -> list[Op]:
-        """Every kept operation, oldest first (a line from an older iolab is a trial)."""
+        """Every kept operation, oldest first (a line from an older iolab is a trial; a torn line,
+        left by a crash mid-write, is not one)."""
         if self.empty():
             return []
         with self._locked() as f:
             f.seek(0)
-            return [_op(json.loads(line)) for line in f if line.strip()]
+            return [op for op in map(_parsed, f) if op is not None]
 
     def count(self, run_id: str | None = None) -> int:
         return sum(1 for e in self.entries() if run_id is None or e.get("run_id") == run_id)
@@ -169,7 +185,12 @@ class Spool:
             lines = [line for line in f if line.strip()]
             handled = 0
             for line in lines:
-                op = _op(json.loads(line))
+                op = _parsed(line)
+                if op is None:  # set aside as it is, for a person: it holds nothing back
+                    self.set_aside({"torn_line": line[:4096]}, "not a whole line: a write cut short by a crash")
+                    done.rejected += 1
+                    handled += 1
+                    continue
                 outcome, reason = write(op)
                 if outcome == "later":
                     done.reason = reason
@@ -189,6 +210,15 @@ class Spool:
                 os.fsync(f.fileno())
             done.left = len(lines) - handled
         return done
+
+
+def _parsed(line: str) -> Op | None:
+    """The operation on one line; None for a torn line (a crash between a write and its end)."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    return _op(entry) if isinstance(entry, dict) else None
 
 
 def _op(entry: dict[str, Any]) -> Op:
