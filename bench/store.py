@@ -6,7 +6,13 @@ probe data) through `Store.save_trial`, each its own durable transaction: SQLite
 synchronous=FULL on the data directory's disk, PostgreSQL started for the benchmark in a
 temporary directory (tests/store/pgserver.py) with fsync on, over its unix socket. Blocks
 repeat until the 95 % CI of the trials/s is within --target (at least 5 blocks). Prints one
-line per backend last: `store <backend> trials/s=<mean> [lo, hi] n=<blocks> cost=<x>% of a 10 s trial`.
+line per backend: `store <backend> trials/s=<mean> [lo, hi] n=<blocks> cost=<x>% of a 10 s trial`.
+
+Then what the team store's quota (schema version 4: a trigger that charges every row to its
+login role) costs a write: two PostgreSQL databases of the same server, one with the charge
+triggers disabled, written in alternating blocks (which goes first alternates too), until the
+95 % CI of the ratio of their trials/s is within --target; last line:
+`store quota ratio with/without=<r> [lo, hi] n=<pairs>`.
 
     bench/run store [--trials N] [--target 0.02] [--budget S]
 """
@@ -19,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from figures import mean_figure, stop_on_signals, stopping, until_narrow
+import psycopg
+from figures import Busy, mean_figure, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
 
 from iolab.core.model import TrialResult
 from iolab.store import registry
@@ -64,6 +71,42 @@ def measure(ref: str, name: str, trials: int, target: float, budget: float) -> N
     print(f"{fig.line()} cost={cost:.4%} of a {TRIAL_S:.0f} s trial ({'below' if cost < 0.01 else 'ABOVE'} 1 %)")
 
 
+def quota_cost(server: PgServer, trials: int, target: float, budget: float) -> None:
+    """Trials/s with the quota's charge triggers and without them, in alternating blocks, as one ratio."""
+    with_quota, without = server.fresh_url(), server.fresh_url()
+    stores = {"with": registry.open_store(with_quota), "without": registry.open_store(without)}
+    with psycopg.connect(without, autocommit=True) as conn:  # the same schema, the charge left out
+        conn.execute("ALTER TABLE iolab.runs DISABLE TRIGGER charge_run")
+        conn.execute("ALTER TABLE iolab.trials DISABLE TRIGGER charge_trial")
+    seconds: dict[str, list[float]] = {"with": [], "without": []}
+    ratios: list[float] = []
+    busy = Busy()
+    try:
+        def pair(b: int) -> None:
+            for side in (("with", "without") if b % 2 == 0 else ("without", "with")):
+                run_id = f"bench-quota-{side}-{b}"
+                stores[side].create_run(run_id, "bench", "bench", {}, {}, {})
+                busy.start()
+                t0 = time.perf_counter()
+                for i in range(trials):
+                    stores[side].save_trial(run_id, _trial(i), RAW)
+                seconds[side].append(time.perf_counter() - t0)  # the block of `trials` writes
+                busy.stop()
+            ratios.append(seconds["without"][-1] / seconds["with"][-1])  # trials/s with / without
+            print(f"quota pair {b + 1}: with {trials / seconds['with'][-1]:.0f} trials/s, without "
+                  f"{trials / seconds['without'][-1]:.0f} trials/s, ratio {ratios[-1]:.3f}", flush=True)
+
+        looks = stopping(30)
+        fig = until_narrow(pair, lambda: ratio_figure("store quota ratio with/without", ratios, target, looks),
+                           max_n=30, budget_s=budget)
+    finally:
+        for st in stores.values():
+            st.close()
+    print_side_by_side("store quota", [(f"with the quota, {trials} trials", "block with", seconds["with"]),
+                                       (f"without, {trials} trials", "block without", seconds["without"])],
+                       fig, busy, looks)
+
+
 def main() -> None:
     stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -79,6 +122,7 @@ def main() -> None:
     server = PgServer.create(fsync=True)
     try:
         measure(server.fresh_url(), "postgresql", args.trials, args.target, args.budget)
+        quota_cost(server, args.trials, args.target, args.budget)
     finally:
         server.destroy()
 
