@@ -92,11 +92,9 @@ def migrate(conn: psycopg.Connection, location: str) -> Layout:
     newer compatible one as it is; IolabError (store/schema.py) when this iolab may not write it.
     psycopg errors (a role that may not create, a read-only server) are the caller's to explain."""
     found = find(conn, location)
-    if found.where == "iolab" and not schema.pending(found.stored, location):
-        return found
-    if found.where == "iolab" and schema.writable_as_is(schema.pending(found.stored, location)) \
-            and not may_migrate(conn):
-        return found  # e.g. quotas (version 4): the tables' owner adds them with `iolab migrate`
+    todo = schema.pending(found.stored, location)
+    if found.where == "iolab" and (not todo or schema.writable_as_is(todo) and not may_migrate(conn)):
+        return found  # up to date, or missing only what the server enforces (quotas): its owner adds that
     # a session lock taken before the transaction: the transaction then starts after the other
     # migrator's commit and sees its tables (a lock taken inside would leave the catalog cache
     # of an earlier snapshot, and the migration would run twice)
@@ -172,9 +170,9 @@ def check_writable(conn: psycopg.Connection, what: str, location: str) -> None:
                            " THEN has_database_privilege(current_database(), 'CREATE')"
                            " ELSE has_schema_privilege(%s, 'CREATE') END", (SCHEMA, SCHEMA)).fetchone()
         problem = f"may not create iolab's tables (no CREATE on the database or on schema {SCHEMA})"
-    elif found.where == "public" or (schema.pending(found.stored, location) and not (
-            schema.writable_as_is(schema.pending(found.stored, location)) and not may_migrate(conn))):
-        return  # the migration says whether this role may upgrade it
+    elif found.where == "public" or (todo := schema.pending(found.stored, location)) and not (
+            schema.writable_as_is(todo) and not may_migrate(conn)):
+        return  # the migration says whether this role may upgrade it (or this one writes it as it is: below)
     else:
         row = conn.execute(
             "SELECT has_schema_privilege(%s, 'USAGE') AND has_table_privilege(%s, 'INSERT, UPDATE')"

@@ -214,8 +214,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         # every byte a login role makes the store keep counts: a row added; a trial replaced (the
         # old row stays in trial_history); a run grown, or replaced by another origin (history
         # again). session_user, not current_user: SET ROLE does not move the charge; SECURITY
-        # DEFINER: writers need (and get) no right on these tables. 53400 is "busy" to iolab:
-        # the write is kept in the spool, nothing is lost, and written once the quota is raised.
+        # DEFINER: writers need (and get) no right on these tables. 53400 is "later" to iolab
+        # (store/pgerrors.py): the write is kept in the spool, nothing is lost, and it is written
+        # once the quota is raised.
         """CREATE OR REPLACE FUNCTION iolab.charge_role() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
             SET search_path = pg_catalog, pg_temp AS $$
         DECLARE
