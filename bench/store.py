@@ -14,7 +14,7 @@ triggers disabled, written in alternating blocks (which goes first alternates to
 95 % CI of the ratio of their trials/s is within --target; last line:
 `store quota ratio with/without=<r> [lo, hi] n=<pairs>`.
 
-    bench/run store [--trials N] [--target 0.02] [--budget S]
+    bench/run store [--trials N] [--target 0.02] [--budget S] [--parts sqlite,postgresql,quota]
 """
 
 from __future__ import annotations
@@ -113,16 +113,23 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=200, help="trials per block (200)")
     ap.add_argument("--target", type=float, default=0.02, help="relative 95%% CI half-width to reach (0.02)")
     ap.add_argument("--budget", type=float, default=120, help="seconds per backend before giving up on the width")
+    ap.add_argument("--parts", default="sqlite,postgresql,quota", help="which parts to run (comma-separated)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="iolab-bench-store-", dir="/var/tmp") as tmp:
-        measure(str(Path(tmp) / "results.sqlite"), "sqlite", args.trials, args.target, args.budget)
+    parts = set(args.parts.split(","))
+    if "sqlite" in parts:
+        with tempfile.TemporaryDirectory(prefix="iolab-bench-store-", dir="/var/tmp") as tmp:
+            measure(str(Path(tmp) / "results.sqlite"), "sqlite", args.trials, args.target, args.budget)
+    if not parts & {"postgresql", "quota"}:
+        return
     if missing_binaries():
         print(f"store postgresql: not measured (no PostgreSQL server binaries: {', '.join(missing_binaries())})")
         return
     server = PgServer.create(fsync=True)
     try:
-        measure(server.fresh_url(), "postgresql", args.trials, args.target, args.budget)
-        quota_cost(server, args.trials, args.target, args.budget)
+        if "postgresql" in parts:
+            measure(server.fresh_url(), "postgresql", args.trials, args.target, args.budget)
+        if "quota" in parts:
+            quota_cost(server, args.trials, args.target, args.budget)
     finally:
         server.destroy()
 
