@@ -29,6 +29,7 @@ from iolab.core import children, paths, registry, sizing
 from iolab.core.errors import IolabError
 from iolab.core.sizing import Llc, Memory, mib
 from iolab.fleet import serve as fleet_serve
+from iolab.report.format import fmt_size
 from iolab.runner.manifest import cgroup_mode, environment, sched_autogroup
 from iolab.store import registry as stores
 from iolab.store import schema
@@ -68,10 +69,12 @@ INSTALL: dict[str, str] = {"db_bench": "rocksdb-tools", "java": "default-jdk-hea
 # ---------------------------------------------------------------------------- pure decisions
 
 def store_check(location: str, problem: str | None, version: int | None, latest: int, spooled: int,
-                write_problem: str | None = None, rejected: int = 0) -> Check:
+                write_problem: str | None = None, rejected: int = 0,
+                quota: tuple[str, int, int] | None = None) -> Check:
     """The results store runs would write to: reachable and readable (`problem` otherwise) and
     writable (`write_problem` otherwise: a reader's role, a read-only server), its schema version
-    against this iolab's, and writes still waiting in the local spool or set aside there."""
+    against this iolab's, writes still waiting in the local spool or set aside there, and how much
+    of this role's quota is used (a team store: (role, used, allowed) bytes)."""
     if problem:
         return Check("store", "fail", problem if location in problem else f"{location}: {problem}")
     state: State = "ok"
@@ -90,6 +93,11 @@ def store_check(location: str, problem: str | None, version: int | None, latest:
                       f"the store migrates it (`iolab migrate --db URL`), a run here cannot")
         detail = detail.replace("; writable", "").replace(", writable", "") + \
             f"; readable (runs, report, compare, history) but not writable here: {write_problem}"
+    if quota:
+        role, used, allowed = quota
+        detail += f"; role {role} has used {fmt_size(used)}B of its {fmt_size(allowed)}B quota"
+        if used > 0.9 * allowed:
+            state = "warn"
     if spooled:
         state = "warn"
         detail += (f"; {spooled} write(s) wait in the local spool (the store could not take them): "
@@ -442,8 +450,12 @@ def _store(ref: str, what: str) -> Check:
         return store_check(location, str(exc), None, schema.LATEST, 0)
     spool = Spool(location)
     remote = stores.scheme_of(ref) != "sqlite"
+    try:
+        used = None if write_problem else cls.quota(ref, what)
+    except IolabError:
+        used = None  # the quota is a detail: what could not be read is said by the lines above
     return store_check(location, None, stored.version, schema.LATEST, spool.count() if remote else 0, write_problem,
-                       spool.rejected_count() if remote else 0)
+                       spool.rejected_count() if remote else 0, used)
 
 
 def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:

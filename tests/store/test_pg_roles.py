@@ -442,6 +442,9 @@ def test_a_run_over_its_quota_loses_nothing_and_push_spool_completes_it_once_rai
     try:
         spec = lab.spec(study_table("quota", repetitions=2, max_repetitions=2) + LOOP_TARGET
                         + fio_workload(bs=["4k", "8k"]))
+        doctor = lab.iolab("doctor", "--db", team.url("bob"))  # the default quota, and what bob used of it
+        said = " ".join(doctor.stdout.split())
+        assert f"role {team.role('bob')} has used " in said and "of its 20GB quota" in said, said
         proc = lab.popen("run", spec, "--db", team.url("bob"))
         try:
             def stored() -> int:

@@ -113,6 +113,12 @@ class Store(ABC):
         migrating or creating anything (`iolab doctor`)."""
 
     @classmethod
+    def quota(cls, ref: str, what: str) -> tuple[str, int, int] | None:
+        """(role, bytes used, bytes allowed) of this login in the store's quota, read without
+        changing anything (`iolab doctor`); None for a store without quotas."""
+        return None
+
+    @classmethod
     def stored_version(cls, ref: str, what: str) -> int | None:
         return cls.stored_schema(ref, what).version
 

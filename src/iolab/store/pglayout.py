@@ -181,25 +181,30 @@ def check_writable(conn: psycopg.Connection, what: str, location: str) -> None:
         problem = "may not write to iolab's tables"
     if not (row and row[0]):
         raise InputError(f"{what} {location}: role {role!r} {problem} (docs/store.md#roles)")
-    if found.where == "iolab" and (found.stored.version or 0) >= 4:
-        _check_quota(conn, what, location)
+    used = quota(conn, location, found)
+    if used and used[2] - used[1] < RUN_ROOM_BYTES:
+        role, spent, allowed = used
+        raise InputError(f"{what} {location}: role {role!r} has used its quota in the team store ({spent} of "
+                         f"{allowed} bytes; a run starts with {RUN_ROOM_BYTES} free): the tables' owner raises it "
+                         "(docs/store.md#quotas), or run into a local store (--db PATH) and `iolab push` the run later")
 
 
 RUN_ROOM_BYTES = 64 * 1024  # what a run needs free in its role's quota to start: the run and a few trials
 
 
-def _check_quota(conn: psycopg.Connection, what: str, location: str) -> None:
-    """A role that has used its quota (schema version 4: the database refuses its writes) starts no run.
-    A role that may not read the quota tables (granted before they existed) is left to the database."""
+def quota(conn: psycopg.Connection, location: str, found: Layout | None = None) -> tuple[str, int, int] | None:
+    """(login role, bytes it used, bytes allowed) in the store's quota (schema version 4); None
+    before quotas, without a quota for the role, or for a role that may not read the quota tables
+    (granted before they existed: the database still enforces it)."""
+    found = found or find(conn, location)
+    if found.where != "iolab" or (found.stored.version or 0) < 4:
+        return None
     may = conn.execute("SELECT has_table_privilege(%s, 'SELECT') AND has_table_privilege(%s, 'SELECT')",
                        (f"{SCHEMA}.role_usage", f"{SCHEMA}.role_quota")).fetchone()
     if not (may and may[0]):
-        return
+        return None
     row = conn.execute(
         f"SELECT session_user, coalesce((SELECT bytes FROM {SCHEMA}.role_usage WHERE role = session_user), 0),"
         f" (SELECT max_bytes FROM {SCHEMA}.role_quota WHERE role IN (session_user, '*') ORDER BY role = '*' LIMIT 1)"
     ).fetchone()
-    if row and row[2] is not None and row[2] - row[1] < RUN_ROOM_BYTES:
-        raise InputError(f"{what} {location}: role {row[0]!r} has used its quota in the team store ({row[1]} of "
-                         f"{row[2]} bytes; a run starts with {RUN_ROOM_BYTES} free): the tables' owner raises it "
-                         "(docs/store.md#quotas), or run into a local store (--db PATH) and `iolab push` the run later")
+    return (str(row[0]), int(row[1]), int(row[2])) if row and row[2] is not None else None

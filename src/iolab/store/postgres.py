@@ -111,6 +111,14 @@ class PostgresStore(Store):
                 raise open_error(exc, what, ref, None, False, watch) from None
 
     @classmethod
+    def quota(cls, ref: str, what: str) -> tuple[str, int, int] | None:
+        with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
+            try:
+                return pglayout.quota(conn, shown(ref))
+            except psycopg.Error as exc:
+                raise open_error(exc, what, ref, None, True, watch) from None
+
+    @classmethod
     def exists(cls, ref: str, what: str) -> bool:
         with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
             try:
