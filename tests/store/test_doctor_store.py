@@ -62,7 +62,8 @@ def test_doctor_checks_the_configured_store_for_real(pg_server: PgServer, tmp_pa
     assert ok["exit"] == 0 or any(c["state"] == "fail" for c in json.loads(ok["stdout"])["checks"]
                                   if c["name"] != "store")
     assert _store_line(ok) == {"name": "store", "state": "ok",
-                               "detail": f"{registry.shown(ready)}: schema v{schema.LATEST}, writable"}
+                               "detail": f"{registry.shown(ready)}: schema v{schema.LATEST}, writable; "
+                                         "role iolab has used 0B of its 20GB quota"}
     assert refused["exit"] == 1 and _store_line(refused)["state"] == "fail"
     assert "cannot connect" in _store_line(refused)["detail"] and PASSWORD not in refused["stdout"] + refused["stderr"]
 

@@ -177,3 +177,13 @@ def open_error(exc: psycopg.Error, what: str, url: str, role: str | None, read_o
     if k in RETRIED:
         return InputError(f"{what} {location}: {describe(k)} ({message})")
     return IolabError(f"{what} {location}: {message}")
+
+
+def ask(ref: str, what: str, question: Callable[[psycopg.Connection], T], read_only: bool = True) -> T:
+    """One question to the store at `ref` on a connection of its own, answered in time or an
+    error that says what to do (the checks made without opening the store: doctor, --dry-run)."""
+    with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
+        try:
+            return question(conn)
+        except psycopg.Error as exc:
+            raise open_error(exc, what, ref, None, read_only, watch) from None

@@ -38,15 +38,7 @@ from iolab.core.errors import IolabError, RefusedError
 from iolab.core.model import TrialResult
 from iolab.store import pglayout, rows, schema, spool
 from iolab.store.base import OriginConflict, RunRecord, Store, holder_alive, this_host
-from iolab.store.pgconn import (
-    ANSWER_S,
-    OPEN_ANSWER_S,
-    READ_ANSWER_S,
-    Link,
-    Watchdog,
-    connect,
-    open_error,
-)
+from iolab.store.pgconn import OPEN_ANSWER_S, READ_ANSWER_S, Link, Watchdog, ask, open_error
 from iolab.store.pgerrors import Refusal, StoreFailed
 from iolab.store.spool import Op, Outcome, Spool
 from iolab.store.urls import shown
@@ -103,36 +95,19 @@ class PostgresStore(Store):
     def check_target(cls, ref: str, what: str) -> None:
         """The server answers and takes writes now, and this role may write iolab's tables (or
         create them); a newer store this iolab may not write is refused."""
-        location = shown(ref)
-        with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
-            try:
-                pglayout.check_writable(conn, what, location)
-            except psycopg.Error as exc:
-                raise open_error(exc, what, ref, None, False, watch) from None
+        ask(ref, what, lambda conn: pglayout.check_writable(conn, what, shown(ref)), read_only=False)
 
     @classmethod
     def quota(cls, ref: str, what: str) -> tuple[str, int, int] | None:
-        with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
-            try:
-                return pglayout.quota(conn, shown(ref))
-            except psycopg.Error as exc:
-                raise open_error(exc, what, ref, None, True, watch) from None
+        return ask(ref, what, lambda conn: pglayout.quota(conn, shown(ref)))
 
     @classmethod
     def exists(cls, ref: str, what: str) -> bool:
-        with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
-            try:
-                return pglayout.find(conn, shown(ref)).where != "none"
-            except psycopg.Error as exc:
-                raise open_error(exc, what, ref, None, True, watch) from None
+        return ask(ref, what, lambda conn: pglayout.find(conn, shown(ref)).where != "none")
 
     @classmethod
     def stored_schema(cls, ref: str, what: str) -> schema.Stored:
-        with connect(ref, what) as conn, Watchdog(ANSWER_S).on(conn) as watch:
-            try:
-                return pglayout.find(conn, shown(ref)).stored
-            except psycopg.Error as exc:
-                raise open_error(exc, what, ref, None, True, watch) from None
+        return ask(ref, what, lambda conn: pglayout.find(conn, shown(ref)).stored)
 
     @classmethod
     def open(cls, ref: str, what: str, read_only: bool = False, spool: bool = True) -> PostgresStore:
@@ -193,14 +168,8 @@ class PostgresStore(Store):
         if not force and not self._pace.due():
             return self.spool.count()
 
-        def write(op: Op) -> tuple[Outcome, str | None]:
-            try:
-                self.link.retrying(lambda: self._apply(op), window_s=0)
-            except StoreFailed as exc:
-                return ("rejected" if exc.kind == "refused" else "later"), str(exc)
-            return "written", None
         started = time.monotonic()
-        done = self.spool.flush(write)
+        done = self.spool.flush(self._spool_writer(window_s=0))  # one attempt each: no retry window
         if done.left:
             self._pace.failed(time.monotonic() - started)
         else:
@@ -217,13 +186,17 @@ class PostgresStore(Store):
 
     def replay(self) -> spool.Flushed:
         """`iolab push --spool`: write every kept operation now (each retried for the window)."""
+        return self.spool.flush(self._spool_writer(window_s=None))
+
+    def _spool_writer(self, window_s: float | None) -> spool.Writer:
+        """How a flush writes one kept operation: retried for `window_s` (None: the retry window)."""
         def write(op: Op) -> tuple[Outcome, str | None]:
             try:
-                self.link.retrying(lambda: self._apply(op))
+                self.link.retrying(lambda: self._apply(op), window_s=window_s)
             except StoreFailed as exc:
                 return ("rejected" if exc.kind == "refused" else "later"), str(exc)
             return "written", None
-        return self.spool.flush(write)
+        return write
 
     def waiting(self, run_id: str | None = None) -> int:
         return self.spool.count(run_id)
