@@ -17,10 +17,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,24 +37,46 @@ from .pgserver import PgServer, set_read_only
 from .test_pg_outage import _ended_whole, _rows, _spec, _spooled, _trial
 
 
-def _server_pids(server: PgServer) -> list[int]:
-    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
-    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
-    return [postmaster, *map(int, children)]
+def _postmaster_pid(server: PgServer) -> int:
+    return int((server.data / "postmaster.pid").read_text().split()[0])
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
+
+
+def _stop(pid: int, stopped: list[int]) -> None:
+    """SIGSTOP `pid` and remember it, unless it has already exited (a backend whose client just
+    closed: nothing of it is left to freeze)."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return
+    stopped.append(pid)
 
 
 @contextmanager
 def frozen(server: PgServer) -> Iterator[None]:
-    """Every process of the server stopped (the postmaster first: it forks no new backend), and
-    continued afterwards whatever happened."""
-    pids = _server_pids(server)
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+    """Every process of the server stopped, and continued afterwards whatever happened.
+
+    The postmaster is stopped first, so it forks no backend while its children are listed; a
+    backend may still exit between the listing and its SIGSTOP, which is no error. Whatever was
+    stopped is continued even if stopping the rest failed: this server is shared by the session,
+    and a postmaster left stopped would time out every later test's connection (CI run of stop
+    42: one exiting backend did exactly that to four tests)."""
+    stopped: list[int] = []
     try:
+        _stop(_postmaster_pid(server), stopped)
+        assert stopped, "the server's postmaster is not running"
+        for child in _children(stopped[0]):
+            _stop(child, stopped)
         yield
     finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 @contextmanager
@@ -89,6 +113,34 @@ def _lock_waiters(server: PgServer) -> int:
     with server.admin() as conn:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'iolab'"
                             " AND wait_event_type = 'Lock'").fetchone()[0]  # type: ignore[index]
+
+
+def test_freezing_survives_a_backend_that_exits_and_always_thaws_the_shared_server(
+        server: PgServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper the tests below rely on: a backend gone before its SIGSTOP is no error, and a
+    failure while freezing still continues what was stopped (stop 42's CI: a postmaster left
+    stopped timed out four later tests)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    real_children = _children
+    monkeypatch.setattr(sys.modules[__name__], "_children",
+                        lambda pid: [gone.pid, *real_children(pid)])
+    stat = Path("/proc") / str(_postmaster_pid(server)) / "stat"
+    with frozen(server):
+        deadline = time.monotonic() + 10  # SIGSTOP is delivered when the process next runs
+        while stat.read_text().split()[2] != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stat.read_text().split()[2] == "T", "the postmaster was not stopped"
+    assert stat.read_text().split()[2] != "T", "the postmaster was left stopped"
+
+    def fails(pid: int) -> list[int]:
+        raise RuntimeError("listing the backends failed")
+
+    monkeypatch.setattr(sys.modules[__name__], "_children", fails)
+    with pytest.raises(RuntimeError), frozen(server):
+        pass
+    with psycopg.connect(server.url(), connect_timeout=10) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_a_colleagues_lock_sends_the_write_to_the_spool_instead_of_holding_the_run(
