@@ -70,18 +70,22 @@ INSTALL: dict[str, str] = {"db_bench": "rocksdb-tools", "java": "default-jdk-hea
 
 def store_check(location: str, problem: str | None, version: int | None, latest: int, spooled: int,
                 write_problem: str | None = None, rejected: int = 0,
-                quota: tuple[str, int, int] | None = None) -> Check:
+                quota: tuple[str, int, int] | None = None, migrates: bool = True) -> Check:
     """The results store runs would write to: reachable and readable (`problem` otherwise) and
     writable (`write_problem` otherwise: a reader's role, a read-only server), its schema version
-    against this iolab's, writes still waiting in the local spool or set aside there, and how much
+    against this iolab's (an older one is migrated by a run here only if this role `migrates` it;
+    else written as it is), writes still waiting in the local spool or set aside there, and how much
     of this role's quota is used (a team store: (role, used, allowed) bytes)."""
     if problem:
         return Check("store", "fail", problem if location in problem else f"{location}: {problem}")
     state: State = "ok"
     if version is None:
         detail = f"{location}: no store yet; created (schema v{latest}) by the first run"
-    elif version < latest:
+    elif version < latest and migrates:
         detail = f"{location}: schema v{version}, migrated to v{latest} on first use; writable"
+    elif version < latest:
+        detail = (f"{location}: schema v{version}, written as it is (this role may not migrate it; the role "
+                  f"that owns the store brings it to v{latest} with `iolab migrate --db URL`); writable")
     elif version > latest:
         detail = f"{location}: schema v{version} (newer than this iolab's v{latest}, compatible); writable"
     else:
@@ -450,12 +454,14 @@ def _store(ref: str, what: str) -> Check:
         return store_check(location, str(exc), None, schema.LATEST, 0)
     spool = Spool(location)
     remote = stores.scheme_of(ref) != "sqlite"
+    used, migrates = None, True
     try:
         used = None if write_problem else cls.quota(ref, what)
+        migrates = bool(write_problem) or (stored.version or schema.LATEST) >= schema.LATEST or cls.migrates(ref, what)
     except IolabError:
-        used = None  # the quota is a detail: what could not be read is said by the lines above
+        pass  # details: what could not be read is said by the lines above
     return store_check(location, None, stored.version, schema.LATEST, spool.count() if remote else 0, write_problem,
-                       spool.rejected_count() if remote else 0, used)
+                       spool.rejected_count() if remote else 0, used, migrates)
 
 
 def checks(store: tuple[str, str] | None = None) -> dict[str, Any]:

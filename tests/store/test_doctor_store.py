@@ -25,6 +25,8 @@ def test_the_store_decision_on_given_facts() -> None:
     assert d.store_check("pg://h/db", None, None, 2, 0).state == "ok"
     assert "created" in d.store_check("pg://h/db", None, None, 2, 0).detail
     assert "migrated to v2" in d.store_check("pg://h/db", None, 1, 2, 0).detail
+    as_is = d.store_check("pg://h/db", None, 1, 2, 0, migrates=False)  # a writer that may not migrate
+    assert as_is.state == "ok" and "migrated" not in as_is.detail and "written as it is" in as_is.detail
     reader = d.store_check("pg://h/db", None, 1, 2, 0, write_problem="role reader may not write")
     # a reader's run migrates nothing: doctor names who can, and promises no migration
     assert reader.state == "warn" and "migrated" not in reader.detail and "iolab migrate" in reader.detail

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from iolab import doctor
 from iolab.core.errors import IolabError
 from iolab.core.model import TrialResult
 from iolab.store import registry, schema
@@ -285,6 +286,9 @@ def test_a_writer_that_may_not_migrate_writes_a_store_whose_only_pending_migrati
             s.close()
         with psycopg.connect(url, autocommit=True) as conn:
             assert conn.execute("SELECT value FROM iolab.meta WHERE key='schema_version'").fetchone() == ("3",)
+        said = doctor._store(writer_url, "results store")  # what `iolab doctor` tells this writer
+        assert said.state == "ok" and "schema v3, written as it is" in said.detail, said
+        assert "migrated" not in said.detail and "iolab migrate --db URL" in said.detail, said
         r = subprocess.run([sys.executable, "-m", "iolab.cli", "migrate", "--db", url], capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 0, r.stderr

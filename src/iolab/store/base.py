@@ -119,6 +119,13 @@ class Store(ABC):
         return None
 
     @classmethod
+    def migrates(cls, ref: str, what: str) -> bool:
+        """Would a write here bring an older store's schema up to this iolab's? A local file is its
+        user's to migrate; a team store's writer may not be allowed to, and then writes it as it
+        is where it can (store/schema.py `writable_as_is`). Read without changing anything."""
+        return True
+
+    @classmethod
     def stored_version(cls, ref: str, what: str) -> int | None:
         return cls.stored_schema(ref, what).version
 

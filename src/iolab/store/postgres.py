@@ -102,6 +102,10 @@ class PostgresStore(Store):
         return ask(ref, what, lambda conn: pglayout.quota(conn, shown(ref)))
 
     @classmethod
+    def migrates(cls, ref: str, what: str) -> bool:
+        return ask(ref, what, pglayout.may_migrate)
+
+    @classmethod
     def exists(cls, ref: str, what: str) -> bool:
         return ask(ref, what, lambda conn: pglayout.find(conn, shown(ref)).where != "none")
 
