@@ -219,6 +219,34 @@ def test_a_write_once_the_pace_comes_round_writes_everything_kept(
     assert [t.trial_id for t in s.trials("r")] == [_trial(i).trial_id for i in range(3)]
 
 
+def test_the_end_of_a_run_tries_a_frozen_server_once_not_again_when_closing(
+        server: PgServer, store_with_run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's end tries what the spool keeps whatever the pace (`write_kept`), then closes the
+    store. Before, closing tried again: against a frozen server a second connect timeout at the
+    end of every run. Closing still tries when something was kept after that attempt."""
+    monkeypatch.setenv("IOLAB_DB_RETRY_S", "1")
+    s = store_with_run
+    with frozen(server):
+        s.save_trial("r", _trial(0), None)
+        got, took = _within(90, s.write_kept)
+        assert got is None and s.waiting() == 1, got
+        got, took = _within(90, s.close)
+        assert got is None and took < CONNECT_TIMEOUT_S / 2, f"closing took {took:.1f} s: it tried again"
+    with _reopened(s) as again:
+        assert again.waiting() == 1, "what the end of the run reported as waiting still waits"
+        set_read_only(server, True)
+        try:
+            again.save_trial("r", _trial(1), None)
+            again.write_kept()
+            assert again.waiting() == 2
+        finally:
+            set_read_only(server, False)
+        again.save_trial("r", _trial(2), None)  # kept after the attempt (or written, if the pace came round)
+    with _reopened(s) as last:  # closing `again` tried: everything is written, in order
+        assert last.waiting() == 0
+        assert [t.trial_id for t in last.trials("r")] == [_trial(i).trial_id for i in range(3)]
+
+
 def test_a_read_from_a_frozen_server_ends_with_a_reason(server: PgServer, store_with_run: Any,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IOLAB_DB_RETRY_S", "0.5")

@@ -58,6 +58,7 @@ class PostgresStore(Store):
         self._mine: set[str] = set()  # runs this process created: their claims may wait in the spool
         self._keeping = False  # writes are going to the spool (for one notice per outage)
         self._pace = spool.Pacing()  # when a write next tries to write what the spool keeps
+        self._just_tried = False  # write_kept's attempt failed and nothing was kept since: close won't retry
         self.link = Link(url, what)
         try:
             self.role = str(self.conn.info.user)
@@ -120,7 +121,7 @@ class PostgresStore(Store):
     def close(self) -> None:
         try:
             if self.spooling:
-                self._flush_spool(force=True)
+                self._flush_spool(force=not self._just_tried)
         finally:
             self.link.close()
 
@@ -156,6 +157,7 @@ class PostgresStore(Store):
 
     def _keep(self, op: Op, reason: str | None) -> None:
         self.spool.add(op)
+        self._just_tried = False
         if not self._keeping:
             self._keeping = True
             self.notify(f"{reason or f'results store {self.location}: earlier writes still wait'}; "
@@ -206,8 +208,8 @@ class PostgresStore(Store):
         return self.spool.count(run_id)
 
     def write_kept(self) -> None:
-        if self.spooling:
-            self._flush_spool(force=True)
+        if self.spooling:  # failed: closing right after tries no second time (a frozen server: another connect timeout)
+            self._just_tried = self._flush_spool(force=True) > 0
 
     def _apply(self, op: Op) -> None:
         """One operation in one transaction, idempotent: made twice, the store is as after once."""

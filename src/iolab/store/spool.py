@@ -69,8 +69,8 @@ class Pacing:
     (1 - share) / share times what the failed attempt cost, never more than `most_s`: attempts
     that fail take at most `share` of the run's time while one costs up to 13 s (a frozen server:
     a 10 s connect timeout, then 90 s without one), and writes wait at most `most_s` after the
-    server is back. Closing the store and `iolab push --spool` try whatever the pace says; a
-    success resets it."""
+    server is back. The run's end (`write_kept`) and `iolab push --spool` try whatever the pace
+    says, and so does closing the store unless the run's end has just tried; a success resets it."""
 
     first_s: float = 1.0
     most_s: float = 120.0
