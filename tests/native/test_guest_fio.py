@@ -240,8 +240,9 @@ def test_a_build_killed_midway_leaves_nothing_the_next_build_trips_on(tmp_path: 
     source = guest_fio.root() / "sources" / f"fio_{v}.orig.tar.gz"
     if not source.is_file():
         pytest.fail(f"set-up keeps the verified source at {source}; it is missing")
-    cache = tmp_path / "cache"
-    env = {"PATH": "/usr/bin:/bin", "IOLAB_CACHE": str(cache)}
+    cache, scratch = tmp_path / "cache", tmp_path / "tmpdir"
+    scratch.mkdir()  # the builders' $TMPDIR: fio's configure left its probes there when killed
+    env = {"PATH": "/usr/bin:/bin", "IOLAB_CACHE": str(cache), "TMPDIR": str(scratch)}
     # niced: two whole builds (make -j on every CPU, 80-130 s) beside the parallel suite would take the
     # CPUs from the tests around them, the reproduce run's guests among them; what is tested (the kill
     # during make, the next build clearing it) does not depend on how fast make runs
@@ -249,13 +250,14 @@ def test_a_build_killed_midway_leaves_nothing_the_next_build_trips_on(tmp_path: 
     first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     root = cache / "guest-fio"
     deadline = time.monotonic() + 300
-    while not list(root.glob(".build-*/src/fio-*/config-host.mak")):  # configure is done: make runs
+    while not list(root.glob(".build-*/src/fio-*/config-host.mak")):  # configure runs (it writes this as it goes)
         assert first.poll() is None, first.communicate()
         assert time.monotonic() < deadline, "the build never got to make"
         time.sleep(0.2)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     assert list(root.glob(".build-*")), "the killed build left its work (what the next build must clear)"
+    assert not list(scratch.iterdir()), f"the killed build left files outside its own work: {list(scratch.iterdir())}"
     second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
     assert second.returncode == 0, second.stdout + second.stderr
     monkeypatch.setenv("IOLAB_CACHE", str(cache))

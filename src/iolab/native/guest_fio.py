@@ -289,9 +289,9 @@ def _check_static_libs(cc: str) -> None:
                                     f"(Debian/Ubuntu: apt-get install {package})")
 
 
-def _run(argv: list[str], cwd: Path, what: str, timeout: float) -> str:
+def _run(argv: list[str], cwd: Path, what: str, timeout: float, env: dict[str, str] | None = None) -> str:
     try:
-        proc = children.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        proc = children.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise IolabError(f"{what} took longer than {timeout:g} s") from None
     if proc.returncode != 0:
@@ -328,7 +328,10 @@ def _build_into(tmp: Path, tarball: Path, version: str) -> dict[str, object]:
     _check_static_libs(cc)
     t0 = time.monotonic()
     src = _unpack(tarball, tmp / "src", version)
-    _run(["./configure", f"--cc={cc}", *CONFIGURE_FLAGS], src, "fio's configure", 300)
+    # configure compiles its probes in $TMPDIR (fio-conf-*) and removes them on exit, which a killed
+    # build never reaches: they go in this build's own directory, which the next build clears
+    _run(["./configure", f"--cc={cc}", *CONFIGURE_FLAGS], src, "fio's configure", 300,
+         env={**os.environ, "TMPDIR": str(tmp)})
     config = (src / "config-host.mak").read_text()
     if not re.search(r"^CONFIG_LIBAIO=y$", config, re.M):
         raise IolabError("fio's configure left out libaio (is libaio-dev installed?); refusing a guest fio without it")
