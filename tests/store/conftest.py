@@ -36,6 +36,7 @@ def server(pg_server: PgServer) -> Iterator[PgServer]:
     try:
         yield pg_server
     finally:
+        pg_server.thaw()
         if not (pg_server.data / "postmaster.pid").exists():
             pg_server.start()
         set_read_only(pg_server, False)

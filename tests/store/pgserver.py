@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -72,11 +73,31 @@ class PgServer:
         return server
 
     def destroy(self) -> None:
-        """Stop the server and remove its directory."""
+        """Stop the server (even one a test left frozen) and remove its directory."""
         try:
-            self.stop()
+            self.thaw()
+            if self.stop().returncode != 0:
+                self.pg_ctl("-w", "-t", "30", "-m", "immediate", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def thaw(self) -> None:
+        """SIGCONT the postmaster and every backend: a test that froze the server (test_pg_hung.py)
+        and failed before continuing it must not leave it stopped for the tests after it, nor a
+        stopped postmaster that `pg_ctl stop` cannot stop."""
+        postmaster = self.postmaster()
+        for pid in (postmaster, *children_of(postmaster)) if postmaster else ():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def postmaster(self) -> int | None:
+        """The running postmaster's pid, None when the server is stopped."""
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
 
     @property
     def data(self) -> Path:
@@ -106,8 +127,13 @@ class PgServer:
         if r.returncode != 0:
             raise RuntimeError(f"pg_ctl start failed: {r.stdout}{r.stderr}{_tail(self.root / 'log')}")
 
-    def stop(self) -> None:
-        self.pg_ctl("-w", "-t", "60", "-m", "fast", "stop")
+    def stop(self) -> subprocess.CompletedProcess[str]:
+        return self.pg_ctl("-w", "-t", "60", "-m", "fast", "stop")
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes `pid` forked (a postmaster's backends and workers)."""
+    return [int(c) for c in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
 
 
 def set_read_only(server: PgServer, on: bool) -> None:

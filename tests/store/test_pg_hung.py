@@ -33,16 +33,9 @@ from iolab.store.pgconn import CONNECT_TIMEOUT_S, LOCK_WAIT_S
 from iolab.store.pgerrors import StoreFailed
 from tests.core.helpers import Lab, needs_fio, needs_root, one_line
 
-from .pgserver import PgServer, set_read_only
+from . import pgserver
+from .pgserver import PgServer, children_of, set_read_only
 from .test_pg_outage import _ended_whole, _rows, _spec, _spooled, _trial
-
-
-def _postmaster_pid(server: PgServer) -> int:
-    return int((server.data / "postmaster.pid").read_text().split()[0])
-
-
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
 
 
 def _stop(pid: int, stopped: list[int]) -> None:
@@ -66,9 +59,10 @@ def frozen(server: PgServer) -> Iterator[None]:
     42: one exiting backend did exactly that to four tests)."""
     stopped: list[int] = []
     try:
-        _stop(_postmaster_pid(server), stopped)
-        assert stopped, "the server's postmaster is not running"
-        for child in _children(stopped[0]):
+        postmaster = server.postmaster()
+        assert postmaster, "the server is not running"
+        _stop(postmaster, stopped)
+        for child in children_of(postmaster):
             _stop(child, stopped)
         yield
     finally:
@@ -122,10 +116,8 @@ def test_freezing_survives_a_backend_that_exits_and_always_thaws_the_shared_serv
     stopped timed out four later tests)."""
     gone = subprocess.Popen(["true"])
     gone.wait()
-    real_children = _children
-    monkeypatch.setattr(sys.modules[__name__], "_children",
-                        lambda pid: [gone.pid, *real_children(pid)])
-    stat = Path("/proc") / str(_postmaster_pid(server)) / "stat"
+    monkeypatch.setattr(sys.modules[__name__], "children_of", lambda pid: [gone.pid, *pgserver.children_of(pid)])
+    stat = Path("/proc") / str(server.postmaster()) / "stat"
     with frozen(server):
         deadline = time.monotonic() + 10  # SIGSTOP is delivered when the process next runs
         while stat.read_text().split()[2] != "T" and time.monotonic() < deadline:
@@ -136,9 +128,13 @@ def test_freezing_survives_a_backend_that_exits_and_always_thaws_the_shared_serv
     def fails(pid: int) -> list[int]:
         raise RuntimeError("listing the backends failed")
 
-    monkeypatch.setattr(sys.modules[__name__], "_children", fails)
+    monkeypatch.setattr(sys.modules[__name__], "children_of", fails)
     with pytest.raises(RuntimeError), frozen(server):
         pass
+    with psycopg.connect(server.url(), connect_timeout=10) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    os.kill(server.postmaster() or 0, signal.SIGSTOP)  # a test that died before it continued the server:
+    server.thaw()  # the `server` fixture's teardown thaws it for the next test
     with psycopg.connect(server.url(), connect_timeout=10) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
 

@@ -328,14 +328,14 @@ def _build_into(tmp: Path, tarball: Path, version: str) -> dict[str, object]:
     _check_static_libs(cc)
     t0 = time.monotonic()
     src = _unpack(tarball, tmp / "src", version)
-    # configure compiles its probes in $TMPDIR (fio-conf-*) and removes them on exit, which a killed
-    # build never reaches: they go in this build's own directory, which the next build clears
-    _run(["./configure", f"--cc={cc}", *CONFIGURE_FLAGS], src, "fio's configure", 300,
-         env={**os.environ, "TMPDIR": str(tmp)})
+    # configure's probes (fio-conf-*) and gcc's temporaries go in $TMPDIR and are removed on exit,
+    # which a killed build never reaches: they go in this build's own directory, which the next clears
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    _run(["./configure", f"--cc={cc}", *CONFIGURE_FLAGS], src, "fio's configure", 300, env)
     config = (src / "config-host.mak").read_text()
     if not re.search(r"^CONFIG_LIBAIO=y$", config, re.M):
         raise IolabError("fio's configure left out libaio (is libaio-dev installed?); refusing a guest fio without it")
-    _run([make, f"-j{os.cpu_count() or 1}", "fio"], src, "building fio (make)", 1800)
+    _run([make, f"-j{os.cpu_count() or 1}", "fio"], src, "building fio (make)", 1800, env)
     binary = tmp / "fio"
     shutil.move(src / "fio", binary)
     _run([strip, str(binary)], tmp, "strip fio", 120)
