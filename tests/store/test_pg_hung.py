@@ -133,7 +133,9 @@ def test_freezing_survives_a_backend_that_exits_and_always_thaws_the_shared_serv
         pass
     with psycopg.connect(server.url(), connect_timeout=10) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
-    os.kill(server.postmaster() or 0, signal.SIGSTOP)  # a test that died before it continued the server:
+    postmaster = server.postmaster()
+    assert postmaster, "the server is not running"
+    os.kill(postmaster, signal.SIGSTOP)  # a test that died before it continued the server:
     server.thaw()  # the `server` fixture's teardown thaws it for the next test
     with psycopg.connect(server.url(), connect_timeout=10) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
