@@ -28,14 +28,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from iolab.store import postgres, registry
+from iolab.store import postgres
 from iolab.store.pgconn import CONNECT_TIMEOUT_S, LOCK_WAIT_S
 from iolab.store.pgerrors import StoreFailed
 from tests.core.helpers import Lab, needs_fio, needs_root, one_line
 
 from . import pgserver
 from .pgserver import PgServer, children_of, set_read_only
-from .test_pg_outage import _ended_whole, _rows, _spec, _spooled, _trial
+from .pgstudy import ended_whole, loop_study, made_trial, reopened, spooled_lines, stored_trials
 
 
 def _stop(pid: int, stopped: list[int]) -> None:
@@ -148,11 +148,11 @@ def test_a_colleagues_lock_sends_the_write_to_the_spool_instead_of_holding_the_r
     notes: list[str] = []
     s.notify = notes.append
     with table_locked_by_a_colleague(s.url):
-        got, took = _within(120, lambda: s.save_trial("r", _trial(0), None))
+        got, took = _within(120, lambda: s.save_trial("r", made_trial(0), None))
         assert got is None, got
         assert s.waiting() == 1, "the write is kept while the table is locked"
         assert _lock_waiters(server) == 0, "no session of iolab is left waiting for the lock"
-        s.save_trial("r", _trial(1), None)  # queues behind the first, in order
+        s.save_trial("r", made_trial(1), None)  # queues behind the first, in order
         assert s.waiting() == 2
     # the server gave up each wait itself: a few lock waits, not the lock's whole length
     assert took < 4 * LOCK_WAIT_S + 10, took
@@ -160,19 +160,9 @@ def test_a_colleagues_lock_sends_the_write_to_the_spool_instead_of_holding_the_r
     s.set_status("r", "complete")  # the lock is gone, but the pace has not come round: queued, in order
     assert s.waiting() == 3
     s.close()  # closing tries whatever the pace says: everything kept is written, once, in order
-    with _reopened(s) as again:
+    with reopened(s) as again:
         assert [t.trial_id for t in again.trials("r")] == ["c0-r0", "c1-r1"] and again.waiting() == 0
         assert again.resolve("r").status == "complete"
-
-
-@contextmanager
-def _reopened(s: Any) -> Iterator[Any]:
-    """The same store opened again (the same spool: the same data dir)."""
-    again = registry.open_store(s.url)
-    try:
-        yield again
-    finally:
-        again.close()
 
 
 def test_while_writes_wait_a_frozen_server_is_not_knocked_on_at_every_write(
@@ -183,15 +173,15 @@ def test_while_writes_wait_a_frozen_server_is_not_knocked_on_at_every_write(
     monkeypatch.setenv("IOLAB_DB_RETRY_S", "1")
     s = store_with_run
     with frozen(server):
-        got, took = _within(90, lambda: s.save_trial("r", _trial(0), None))
+        got, took = _within(90, lambda: s.save_trial("r", made_trial(0), None))
         assert got is None and s.waiting() == 1, got
-        got, took = _within(120, lambda: [s.save_trial("r", _trial(i), None) for i in range(1, 6)])
+        got, took = _within(120, lambda: [s.save_trial("r", made_trial(i), None) for i in range(1, 6)])
         assert got == [None] * 5, got
         assert took < CONNECT_TIMEOUT_S, f"5 writes took {took:.1f} s: the frozen server was tried again"
         assert s.waiting() == 6
     s.close()  # the server answers again: closing writes everything kept, in order
-    with _reopened(s) as again:
-        assert [t.trial_id for t in again.trials("r")] == [_trial(i).trial_id for i in range(6)]
+    with reopened(s) as again:
+        assert [t.trial_id for t in again.trials("r")] == [made_trial(i).trial_id for i in range(6)]
         assert again.waiting() == 0
 
 
@@ -203,8 +193,8 @@ def test_a_write_once_the_pace_comes_round_writes_everything_kept(
     s = store_with_run
     set_read_only(server, True)
     try:
-        s.save_trial("r", _trial(0), None)
-        s.save_trial("r", _trial(1), None)
+        s.save_trial("r", made_trial(0), None)
+        s.save_trial("r", made_trial(1), None)
         assert s.waiting() == 2
     finally:
         set_read_only(server, False)
@@ -212,9 +202,9 @@ def test_a_write_once_the_pace_comes_round_writes_everything_kept(
     while not s._pace.due() and time.monotonic() < deadline:  # a few seconds: fast failures, short waits
         time.sleep(0.1)
     assert s._pace.due(), s._pace
-    s.save_trial("r", _trial(2), None)
+    s.save_trial("r", made_trial(2), None)
     assert s.waiting() == 0, "the write after the pace wrote what was kept"
-    assert [t.trial_id for t in s.trials("r")] == [_trial(i).trial_id for i in range(3)]
+    assert [t.trial_id for t in s.trials("r")] == [made_trial(i).trial_id for i in range(3)]
 
 
 def test_the_end_of_a_run_tries_a_frozen_server_once_not_again_when_closing(
@@ -225,24 +215,24 @@ def test_the_end_of_a_run_tries_a_frozen_server_once_not_again_when_closing(
     monkeypatch.setenv("IOLAB_DB_RETRY_S", "1")
     s = store_with_run
     with frozen(server):
-        s.save_trial("r", _trial(0), None)
+        s.save_trial("r", made_trial(0), None)
         got, took = _within(90, s.write_kept)
         assert got is None and s.waiting() == 1, got
         got, took = _within(90, s.close)
         assert got is None and took < CONNECT_TIMEOUT_S / 2, f"closing took {took:.1f} s: it tried again"
-    with _reopened(s) as again:
+    with reopened(s) as again:
         assert again.waiting() == 1, "what the end of the run reported as waiting still waits"
         set_read_only(server, True)
         try:
-            again.save_trial("r", _trial(1), None)
+            again.save_trial("r", made_trial(1), None)
             again.write_kept()
             assert again.waiting() == 2
         finally:
             set_read_only(server, False)
-        again.save_trial("r", _trial(2), None)  # kept after the attempt (or written, if the pace came round)
-    with _reopened(s) as last:  # closing `again` tried: everything is written, in order
+        again.save_trial("r", made_trial(2), None)  # kept after the attempt (or written, if the pace came round)
+    with reopened(s) as last:  # closing `again` tried: everything is written, in order
         assert last.waiting() == 0
-        assert [t.trial_id for t in last.trials("r")] == [_trial(i).trial_id for i in range(3)]
+        assert [t.trial_id for t in last.trials("r")] == [made_trial(i).trial_id for i in range(3)]
 
 
 def test_a_read_from_a_frozen_server_ends_with_a_reason(server: PgServer, store_with_run: Any,
@@ -262,16 +252,16 @@ def test_a_read_from_a_frozen_server_ends_with_a_reason(server: PgServer, store_
 def test_a_frozen_server_mid_study_holds_nothing_back_and_loses_nothing(
         pg_lab: tuple[Lab, str], server: PgServer) -> None:
     lab, url = pg_lab  # IOLAB_DB_RETRY_S=1
-    proc = lab.popen("run", _spec(lab, "pgfrozen", reps=3))
+    proc = lab.popen("run", loop_study(lab, "pgfrozen", reps=3))
     try:
-        lab.wait_until(lambda: len(_rows(url)) >= 1, 120, "a stored trial", proc)
+        lab.wait_until(lambda: len(stored_trials(url)) >= 1, 120, "a stored trial", proc)
         with frozen(server):  # nothing may connect to it in here, the test neither
             # one write's attempts: the 15 s answer deadline, then the retry window
-            lab.wait_until(lambda: _spooled(lab) >= 1, 60, "a write kept while the server is frozen", proc)
+            lab.wait_until(lambda: spooled_lines(lab) >= 1, 60, "a write kept while the server is frozen", proc)
         _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert "no answer within" in one_line(err) and "takes writes again" in one_line(err), err
-    _ended_whole(lab, url, proc.returncode, err)
+    ended_whole(lab, url, proc.returncode, err)

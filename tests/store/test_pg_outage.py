@@ -30,72 +30,22 @@ import psycopg
 import pytest
 
 from iolab.core import owner
-from iolab.core.model import TrialResult
 from iolab.store import registry
 from iolab.store.spool import Spool
 from tests.core.helpers import LOOP_TARGET, Lab, fio_workload, needs_fio, needs_root, study_table
 
 from .pgserver import PgServer, set_read_only
-
-
-def table(conn: psycopg.Connection, name: str) -> str | None:
-    """Where iolab keeps a table: its schema, or public for a store from before (so these tests
-    also say what an older iolab did), None before it made one."""
-    for schema in ("iolab", "public"):
-        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.{name}",)).fetchone() == (True,):
-            return f"{schema}.{name}"
-    return None
-
-
-def _rows(url: str, run_id: str | None = None) -> list[tuple]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        trials = table(conn, "trials")
-        if trials is None:
-            return []
-        if run_id is None:
-            return conn.execute(f"SELECT run_id, trial_id, status FROM {trials} ORDER BY run_id, seq").fetchall()
-        return conn.execute(f"SELECT run_id, trial_id, status FROM {trials} WHERE run_id=%s ORDER BY seq",
-                            (run_id,)).fetchall()
-
-
-def _runs(url: str) -> list[tuple[str, str]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(f"SELECT id, status FROM {table(conn, 'runs')} ORDER BY created").fetchall()
-
-
-def _spool_files(lab: Lab) -> list[Path]:
-    return [f for f in (lab.data / "spool").glob("*.jsonl") if not f.name.endswith(".rejected.jsonl")]
-
-
-def _spooled(lab: Lab) -> int:
-    return sum(len(f.read_text().splitlines()) for f in _spool_files(lab))
-
-
-def _spec(lab: Lab, name: str, reps: int) -> Path:
-    return lab.spec(study_table(name, repetitions=reps, max_repetitions=reps) + LOOP_TARGET
-                    + fio_workload(bs=["4k", "8k"]), name=f"{name}.toml")
-
-
-def _every_trial_once(url: str, run_id: str, expected: int) -> None:
-    stored = _rows(url, run_id)
-    ids = [t[1] for t in stored]
-    assert len(ids) == expected and len(set(ids)) == expected, f"lost or duplicated: {ids}"
-    assert all(t[2] == "ok" for t in stored), stored
-    with psycopg.connect(url, autocommit=True) as conn:
-        started = [r[0] for r in conn.execute(f"SELECT started FROM {table(conn, 'trials')} WHERE run_id=%s"
-                                              " ORDER BY seq", (run_id,)).fetchall()]
-    assert started == sorted(started), "the trials are stored in the order they ran"
-
-
-def _ended_whole(lab: Lab, url: str, returncode: int, err: str, trials: int = 6) -> None:
-    """The run ended well whatever the server did: exit 0 without a traceback, its one run complete
-    with every trial once and in order, the spool written, nothing of the run left."""
-    assert returncode == 0 and "Traceback" not in err, err
-    (run_id, status), = _runs(url)
-    assert status == "complete"
-    _every_trial_once(url, run_id, trials)
-    assert _spooled(lab) == 0, "the spool was written"
-    lab.assert_nothing_left()
+from .pgstudy import (
+    ended_whole,
+    every_trial_once,
+    loop_study,
+    made_trial,
+    reopened,
+    spool_files,
+    spooled_lines,
+    stored_runs,
+    stored_trials,
+)
 
 
 @needs_root
@@ -103,12 +53,12 @@ def _ended_whole(lab: Lab, url: str, returncode: int, err: str, trials: int = 6)
 def test_a_read_only_failover_mid_study_loses_nothing_and_duplicates_nothing(pg_lab: tuple[Lab, str],
                                                                              server: PgServer) -> None:
     lab, url = pg_lab
-    proc = lab.popen("run", _spec(lab, "pgro", reps=3))
+    proc = lab.popen("run", loop_study(lab, "pgro", reps=3))
     try:
-        lab.wait_until(lambda: len(_rows(url)) >= 1, 120, "a stored trial", proc)
+        lab.wait_until(lambda: len(stored_trials(url)) >= 1, 120, "a stored trial", proc)
         set_read_only(server, True)
-        lab.wait_until(lambda: _spooled(lab) >= 2, 120, "writes kept in the spool", proc)
-        stored_during = len(_rows(url))
+        lab.wait_until(lambda: spooled_lines(lab) >= 2, 120, "writes kept in the spool", proc)
+        stored_during = len(stored_trials(url))
         set_read_only(server, False)
         _, err = proc.communicate(timeout=240)
     finally:
@@ -117,7 +67,7 @@ def test_a_read_only_failover_mid_study_loses_nothing_and_duplicates_nothing(pg_
             proc.wait()
     assert "kept in the local spool" in " ".join(err.split()) and "takes writes again" in " ".join(err.split())
     assert stored_during < 6, "the server took no write while read-only"
-    _ended_whole(lab, url, proc.returncode, err)
+    ended_whole(lab, url, proc.returncode, err)
 
 
 @needs_root
@@ -125,32 +75,32 @@ def test_a_read_only_failover_mid_study_loses_nothing_and_duplicates_nothing(pg_
 def test_the_server_stopped_then_back_read_only_then_writable(pg_lab: tuple[Lab, str], server: PgServer) -> None:
     """The issue's case: stopped mid-run, restarted with default_transaction_read_only=on."""
     lab, url = pg_lab
-    proc = lab.popen("run", _spec(lab, "pgstop", reps=3))
+    proc = lab.popen("run", loop_study(lab, "pgstop", reps=3))
     try:
-        lab.wait_until(lambda: len(_rows(url)) >= 1, 120, "a stored trial", proc)
+        lab.wait_until(lambda: len(stored_trials(url)) >= 1, 120, "a stored trial", proc)
         with server.admin() as conn:
             conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
         server.stop()
-        lab.wait_until(lambda: _spooled(lab) >= 1, 120, "a write kept while the server is down", proc)
+        lab.wait_until(lambda: spooled_lines(lab) >= 1, 120, "a write kept while the server is down", proc)
         server.start()  # read-only from its first session
-        kept = _spooled(lab)
-        lab.wait_until(lambda: _spooled(lab) > kept, 120, "a write kept while the server is read-only", proc)
+        kept = spooled_lines(lab)
+        lab.wait_until(lambda: spooled_lines(lab) > kept, 120, "a write kept while the server is read-only", proc)
         set_read_only(server, False)
         _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    _ended_whole(lab, url, proc.returncode, err)
+    ended_whole(lab, url, proc.returncode, err)
 
 
 @needs_root
 @needs_fio
 def test_a_run_ending_in_the_outage_is_completed_by_push_spool(pg_lab: tuple[Lab, str], server: PgServer) -> None:
     lab, url = pg_lab
-    proc = lab.popen("run", _spec(lab, "pgend", reps=2))
+    proc = lab.popen("run", loop_study(lab, "pgend", reps=2))
     try:
-        lab.wait_until(lambda: len(_rows(url)) >= 1, 120, "a stored trial", proc)
+        lab.wait_until(lambda: len(stored_trials(url)) >= 1, 120, "a stored trial", proc)
         set_read_only(server, True)
         out, err = proc.communicate(timeout=240)
     finally:
@@ -158,20 +108,20 @@ def test_a_run_ending_in_the_outage_is_completed_by_push_spool(pg_lab: tuple[Lab
             proc.kill()
             proc.wait()
     assert proc.returncode == 1 and "Traceback" not in err, err
-    (run_id, status), = _runs(url)
+    (run_id, status), = stored_runs(url)
     assert f"write(s) of run {run_id} wait in the local spool" in " ".join(err.split()), err
-    assert status == "running" and len(_rows(url, run_id)) < 4, "the read-only server took writes"
-    kept = [json.loads(line) for f in _spool_files(lab) for line in f.read_text().splitlines()]
+    assert status == "running" and len(stored_trials(url, run_id)) < 4, "the read-only server took writes"
+    kept = [json.loads(line) for f in spool_files(lab) for line in f.read_text().splitlines()]
     assert [k["op"] for k in kept][-2:] == ["status", "release"] and kept[-2]["status"] == "complete"
     r = lab.iolab("push", "--spool", "--to", url)
     assert r.returncode == 2 and "takes no writes now" in " ".join(r.stderr.split()), r.stderr
-    assert _spooled(lab) == len(kept), "trying too early loses nothing"
+    assert spooled_lines(lab) == len(kept), "trying too early loses nothing"
     set_read_only(server, False)
     r = lab.iolab("push", "--spool", "--to", url)
     assert r.returncode == 0, r.stderr
     assert f"{len(kept)} write(s) written, 0 set aside, 0 still waiting" in " ".join(r.stdout.split())
-    assert _runs(url) == [(run_id, "complete")]
-    _every_trial_once(url, run_id, 4)
+    assert stored_runs(url) == [(run_id, "complete")]
+    every_trial_once(url, run_id, 4)
     with psycopg.connect(url, autocommit=True) as conn:
         updated, claimed = conn.execute("SELECT updated, claimed_by FROM iolab.runs WHERE id=%s", (run_id,)).fetchone()
     assert updated == kept[-2]["at"] and claimed is None, "the run's times are those of its writes, not the replay's"
@@ -198,21 +148,12 @@ def test_a_run_does_not_start_against_a_server_that_takes_no_writes(tmp_path: Pa
 
 # ------------------------------------------------------------------- the store API, exactly
 
-def _trial(i: int, **over: Any) -> TrialResult:
-    fields: dict[str, Any] = dict(trial_id=f"c{i % 2}-r{i}", config_id=f"c{i % 2}", repetition=i // 2,
-                                  params={"bs": 4096}, status="ok", error=None,
-                                  metrics={"iops": 100.0 + i, "lat": float("nan")}, probes={"p": [i]},
-                                  manifest={"job": "[j]\n"}, flags=[], started=1e9 + i, ended=1e9 + i + 0.5)
-    fields.update(over)
-    return TrialResult(**fields)
-
-
 def _script(store: Any, run_id: str) -> None:
     """Every kind of write a run makes, in a run's order."""
     store.create_run(run_id, "s", "builtin:s", {"study": {"name": "s"}}, {"quick": True}, {"hostname": "h"})
     assert store.claim_run(run_id, owner.me().token) is None
     for i in range(3):
-        store.save_trial(run_id, _trial(i), {"raw": i, "nan": float("nan")})
+        store.save_trial(run_id, made_trial(i), {"raw": i, "nan": float("nan")})
     store.set_extra(run_id, "problems", [{"where": "teardown", "error": "E"}])
     store.set_extra(run_id, "gate", {"ratio": float("inf")})
     store.set_status(run_id, "complete")
@@ -255,7 +196,7 @@ def test_writes_kept_in_the_spool_leave_the_store_exactly_as_writes_made_directl
         assert len(notes) == 1 and "read-only" in notes[0], notes
     finally:
         s.close()  # the server is still read-only: closing keeps everything
-    assert spool.count() == 9 and _rows(kept) == []
+    assert spool.count() == 9 and stored_trials(kept) == []
     saved = spool.path.read_bytes()
     set_read_only(server, False)
     env = {**os.environ, "IOLAB_DATA": str(tmp_path / "data")}
@@ -336,9 +277,9 @@ def test_a_write_the_server_will_never_take_is_set_aside_and_the_run_goes_on(
         notes: list[str] = []
         s.notify = notes.append
         s.create_run("r", "s", "builtin:s", {}, {}, {})
-        s.save_trial("r", _trial(0), None)
-        s.save_trial("r", _trial(1, trial_id="odd", repetition=5000), None)  # class 23: never
-        s.save_trial("r", _trial(2), None)
+        s.save_trial("r", made_trial(0), None)
+        s.save_trial("r", made_trial(1, trial_id="odd", repetition=5000), None)  # class 23: never
+        s.save_trial("r", made_trial(2), None)
         s.set_status("r", "complete")
         assert [t.trial_id for t in s.trials("r")] == ["c0-r0", "c0-r2"]
         assert s.resolve("r").status == "complete" and s.waiting() == 0
@@ -354,7 +295,7 @@ def test_a_lost_connection_under_a_running_store_is_retried(server: PgServer, st
     s = store_with_run
     with server.admin() as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (s.conn.info.backend_pid,))
-    s.save_trial("r", _trial(0), None)
+    s.save_trial("r", made_trial(0), None)
     assert [t.trial_id for t in s.trials("r")] == ["c0-r0"] and s.waiting() == 0
 
 
@@ -420,7 +361,7 @@ def test_a_full_disk_under_the_spool_ends_the_write_cleanly_and_tears_no_line(
         s.create_run("r", "s", "builtin:s", {}, {}, {})
         set_read_only(server, True)
         try:
-            s.save_trial("r", _trial(0), None)
+            s.save_trial("r", made_trial(0), None)
             assert s.waiting() == 1
             (kept,) = _spool_files_in(spool_dir)
             before = kept.read_bytes()
@@ -431,17 +372,14 @@ def test_a_full_disk_under_the_spool_ends_the_write_cleanly_and_tears_no_line(
                 except OSError:
                     pass
             with pytest.raises(DataDirUnwritable, match="cannot keep a write"):
-                s.save_trial("r", _trial(1), {"raw": "x" * 20_000})  # more than the last page holds
+                s.save_trial("r", made_trial(1), {"raw": "x" * 20_000})  # more than the last page holds
             assert kept.read_bytes() == before, "a torn line was left in the spool"
             (spool_dir / "filler").unlink()
         finally:
             set_read_only(server, False)
         s.close()  # room again, the server writable: closing writes what was kept
-        again = registry.open_store(url)
-        try:
-            assert [t.trial_id for t in again.trials("r")] == [_trial(0).trial_id] and again.waiting() == 0
-        finally:
-            again.close()
+        with reopened(s) as again:
+            assert [t.trial_id for t in again.trials("r")] == [made_trial(0).trial_id] and again.waiting() == 0
     finally:
         subprocess.run(["umount", "-l", str(spool_dir)], check=False)
 

@@ -32,7 +32,7 @@ from psycopg import sql
 from tests.core.helpers import LOOP_TARGET, drive, fio_workload, make_lab, needs_fio, needs_root, study_table
 
 from .pgserver import PASSWORD, PASSWORD_ROLE, PgServer, set_read_only
-from .test_pg_outage import table
+from .pgstudy import table
 
 SPECIALS = "#?@%/: "
 ALL = "Kx7Jw#Qm2Fz?Wp9Lq@Rt4Hd%Yb6Ns/Hn3Gk:Lc8Pv Vd5Tm"  # every special character at once
