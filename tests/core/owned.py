@@ -27,6 +27,15 @@ def token_of(pid: int) -> str:
     return f"o{pid}.{fields[19]}"
 
 
+def cmdline(pid: int | str) -> str:
+    """A process's command line (NULs as read), "" once it has exited: a process another test of
+    the parallel suite started can be gone between listing it and reading it."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def processes(token: str) -> list[str]:
     """Live processes started by that owner: 'pid comm' each."""
     out = []

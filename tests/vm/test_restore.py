@@ -28,6 +28,7 @@ from iolab.probes.qmp_blockstats import disk_stats
 from iolab.targets.base import Placement
 from iolab.targets.qemu_guest import QemuGuestParams, QemuGuestTarget
 from iolab.vm import saved_states
+from tests.core.owned import cmdline
 from tests.vm.diagnosis import guest_kernel_tail
 
 pytestmark = [
@@ -374,14 +375,7 @@ def _own_qemus() -> list[int]:
     from iolab.core import owner as owners
     me = f"iolab-{owners.me().token}-"
     out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True).stdout.split()
-    found = []
-    for pid in out:
-        try:
-            if me in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
+    return [int(pid) for pid in out if me in cmdline(pid)]
 
 
 KILLED = textwrap.dedent("""
@@ -412,8 +406,7 @@ def test_a_kill_while_the_state_is_saved_leaves_no_state_and_clean_removes_the_r
     assert not errors, errors
     assert not [d for d in root.iterdir() if d.name.startswith(".tmp-")], cleaned
     out = subprocess.run(["pgrep", "-f", "iolab-o"], capture_output=True, text=True).stdout.split()
-    assert not [p for p in out if f"o{proc.pid}." in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
-                if Path(f"/proc/{p}").exists()], "the base guest outlived `iolab clean`"
+    assert not [p for p in out if f"o{proc.pid}." in cmdline(p)], "the base guest outlived `iolab clean`"
 
 
 TWO = textwrap.dedent("""

@@ -28,6 +28,7 @@ from iolab.vm import cpio, guest_image
 from iolab.vm.cleanup import leftover_qemu_pids
 from iolab.vm.errors import VmError
 from iolab.vm.executor import GuestExecutor
+from tests.core.owned import cmdline
 from tests.vm.diagnosis import guest_kernel_tail
 
 pytestmark = [
@@ -257,8 +258,7 @@ def test_exception_after_boot_tears_everything_down(state, monkeypatch: pytest.M
     assert target.image is not None and not target.image.exists()
     assert not _pids_of(target.tag)
     assert ledger._items == []
-    assert not [p for p in leftover_qemu_pids()
-                if target.tag in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+    assert not [p for p in leftover_qemu_pids() if target.tag in cmdline(p)]
 
 
 def test_killed_guest_fails_the_running_command_with_a_reason(state, tmp_path: Path) -> None:
