@@ -363,6 +363,33 @@ def test_the_page_is_one_family_with_its_error_control_stated() -> None:
     assert lo_page < lo_alone
 
 
+def test_a_quick_page_says_why_its_intervals_can_span_orders_of_magnitude() -> None:
+    """The suite's quick reproduce runs printed R2's block size as "6.5 [1.1e-07, 380,000,000]×", quiet
+    machine too, with no reason beside it. The quick page now says how many standard errors an
+    interval's ends lie from its estimate at three repetitions and the page's family, and that number
+    is the one the intervals really use."""
+    import re
+
+    import numpy as np
+
+    from iolab.analysis.sequential import RunEstimator
+
+    children = wide_children()
+    f = page.analyze({"children": {k: {"doc": v, "run_id": k, "status": "complete"} for k, v in children.items()},
+                      "options": {"quick": True}})
+    _, sections = page.present({}, f)
+    quick = next(s for s in sections if s.title == "Quick reproduction")
+    text = " ".join(b.text for b in quick.blocks)  # type: ignore[attr-defined]
+    said = re.search(r"interval's ends lie (\d+) standard errors from its estimate", text)
+    assert said and "orders of magnitude" in text and "undecided" in text, text
+    values = [9.0, 10.0, 11.5]
+    e = RunEstimator({"spec": {"study": {"repetitions": 3, "max_repetitions": 3}}}, f["family"]["intervals"]
+                     ).estimate(values)
+    logs = np.log(values)
+    used = (math.log(e.hi) - math.log(e.lo)) / 2 / (logs.std(ddof=1) / math.sqrt(3))
+    assert abs(used - int(said.group(1))) <= 1, (used, said.group(0))
+
+
 @pytest.mark.parametrize("claim", claims.CLAIMS, ids=lambda c: c.id)
 def test_a_malformed_document_is_reported_not_raised(claim: claims.Claim) -> None:
     bad = doc([trial({"kind": "x"}, {})], {"amplification": [{"format": "qcow2"}], "by_groups": {"4": {}},

@@ -17,6 +17,7 @@ from iolab.analysis import budget as spend
 from iolab.analysis.budget_record import BudgetSection
 from iolab.analysis.findings import Findings
 from iolab.analysis.record import JSONObject, Record
+from iolab.analysis.sequential import LookDesign
 from iolab.analysis.trials import Doc
 from iolab.analysis.verdicts import ReportedVerdict
 from iolab.report.model import Link, Note, Section, Table, Tag, Tone
@@ -163,8 +164,25 @@ def present(doc: Doc, f: PageFindings | Mapping[str, object]) -> tuple[list[str]
             "for all of them." + ("" if isinstance((doc.get("extra") or {}).get("budget"), dict) else
             " Three repetitions per configuration cannot test whether consecutive repetitions are alike: every "
             "interval of a quick run assumes they are independent (⚑ independence_assumed) and is too narrow if "
-            "they are not, so its verdicts hold on that assumption (docs/statistics.md)."), "warn")]))
+            "they are not, so its verdicts hold on that assumption (docs/statistics.md).") + _quick_width_words(fam),
+            "warn")]))
     return summary, sections
+
+
+QUICK_REPETITIONS = 3  # the built-in studies' --quick design, 3..3 (studies/*/spec.py)
+
+
+def _quick_width_words(fam: PageFamily) -> str:
+    """Why a quick page's intervals can span orders of magnitude (R2's block size printed
+    "6.5 [1.1e-07, 380,000,000]×" on a quiet machine): the reason beside the surprising number."""
+    if fam.intervals == 0:
+        return ""
+    q = LookDesign.for_study(QUICK_REPETITIONS, QUICK_REPETITIONS).quantile(QUICK_REPETITIONS, fam.intervals)
+    return (f" With {QUICK_REPETITIONS} repetitions, and each interval one of the {fam.intervals} held together "
+            f"(above), an interval's ends lie {q:.0f} standard errors from its estimate (on the log scale for rates "
+            "and times): three values that spread by tens of percent give an interval spanning orders of "
+            "magnitude. Such an interval straddles almost any band, so its verdict is undecided; the full run's "
+            "repetitions decide it.")
 
 
 def family_words(fam: PageFamily) -> str:
