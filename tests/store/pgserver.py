@@ -86,11 +86,8 @@ class PgServer:
         and failed before continuing it must not leave it stopped for the tests after it, nor a
         stopped postmaster that `pg_ctl stop` cannot stop."""
         postmaster = self.postmaster()
-        for pid in (postmaster, *children_of(postmaster)) if postmaster else ():
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        if postmaster:
+            signal_each([postmaster, *children_of(postmaster)], signal.SIGCONT)
 
     def postmaster(self) -> int | None:
         """The running postmaster's pid, None when the server is stopped."""
@@ -129,6 +126,15 @@ class PgServer:
 
     def stop(self) -> subprocess.CompletedProcess[str]:
         return self.pg_ctl("-w", "-t", "60", "-m", "fast", "stop")
+
+
+def signal_each(pids: list[int], sig: signal.Signals) -> None:
+    """Send `sig` to each process still there (a backend whose client just closed may be gone)."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def children_of(pid: int) -> list[int]:

@@ -34,18 +34,8 @@ from iolab.store.pgerrors import StoreFailed
 from tests.core.helpers import Lab, needs_fio, needs_root, one_line
 
 from . import pgserver
-from .pgserver import PgServer, children_of, set_read_only
+from .pgserver import PgServer, children_of, set_read_only, signal_each
 from .pgstudy import ended_whole, loop_study, made_trial, reopened, spooled_lines, stored_trials
-
-
-def _stop(pid: int, stopped: list[int]) -> None:
-    """SIGSTOP `pid` and remember it, unless it has already exited (a backend whose client just
-    closed: nothing of it is left to freeze)."""
-    try:
-        os.kill(pid, signal.SIGSTOP)
-    except ProcessLookupError:
-        return
-    stopped.append(pid)
 
 
 @contextmanager
@@ -57,20 +47,14 @@ def frozen(server: PgServer) -> Iterator[None]:
     stopped is continued even if stopping the rest failed: this server is shared by the session,
     and a postmaster left stopped would time out every later test's connection (CI run of stop
     42: one exiting backend did exactly that to four tests)."""
-    stopped: list[int] = []
     try:
         postmaster = server.postmaster()
         assert postmaster, "the server is not running"
-        _stop(postmaster, stopped)
-        for child in children_of(postmaster):
-            _stop(child, stopped)
+        signal_each([postmaster], signal.SIGSTOP)
+        signal_each(children_of(postmaster), signal.SIGSTOP)
         yield
     finally:
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        server.thaw()
 
 
 @contextmanager
