@@ -602,7 +602,8 @@ def _history_power(hist: Any) -> dict[str, Any]:
     for i, s in enumerate(shown):
         err.print(f"power {i + 1}/{len(shown)}: {s.config_id} {s.metric} (noise {s.noise_cv:.2%}, "
                   f"{len(s.points)} runs)")
-        out[f"{s.config_id} {s.metric}"] = power(len(s.points), s.noise_cv, hist.rho, hist.family, tails=hist.tails)
+        out[f"{s.config_id} {s.metric}"] = power(len(s.points), s.noise_cv, hist.rho, hist.family, tails=hist.tails,
+                                                     skew=hist.skew)
     return out
 
 

@@ -7,7 +7,7 @@ Consecutive runs are not independent (a slow week, a neighbour that stays), so t
 modelled as a stationary AR(1) process with lag-1 correlation rho, estimated from the whole
 family (`noise_model`: residuals within the segments found, corrected for the downward bias
 of a short series' autocorrelation, plus one standard error as margin), with normal or Student t
-innovations, as heavy-tailed as the family's own (`tails_for`).
+innovations, as heavy-tailed and as skewed as the family's own (analysis/innovations.py).
 
 **Confirmed changes** (at least MIN_SIDE runs on each side): circular binary segmentation
 (Olshen et al. 2004) finds a candidate: the interval [i, j) of runs whose mean differs most
@@ -48,6 +48,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
+from iolab.analysis.innovations import NORMAL, Shape, shape_for
 from iolab.analysis.stats import holm
 
 ALPHA = 0.05
@@ -66,8 +67,14 @@ class NoiseModel:
     estimate: float  # the bias-corrected estimate before the margin
     pairs: int  # consecutive pairs of runs it was estimated from
     tails: float = math.inf  # degrees of freedom of the Student t innovations (inf: normal)
-    far: float = 0.0  # share of the pooled innovations beyond 3 robust SDs, which chose `tails`
+    far: float = 0.0  # share of the pooled innovations beyond 3 robust SDs, which chose the shape
     unclipped: float | None = None  # the bias-corrected estimate when it fell outside [-1, 1] (then clipped)
+    skew: float = 1.0  # the innovations' Fernández–Steel γ (1: symmetric; innovations.Shape)
+
+    @property
+    def shape(self) -> Shape:
+        """The innovations the nulls are simulated with."""
+        return Shape(self.tails, self.skew)
 
 
 @dataclass(frozen=True)
@@ -170,11 +177,10 @@ def statistics(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray, h: 
     return t
 
 
-def ar1(rng: np.random.Generator, rows: int, n: int, rho: float, tails: float = math.inf) -> np.ndarray:
-    """rows stationary AR(1) series of length n with unit marginal variance; innovations normal, or
-    Student t with `tails` degrees of freedom (scaled to unit variance)."""
-    e = rng.standard_normal((rows, n)) if math.isinf(tails) else \
-        np.asarray(rng.standard_t(tails, (rows, n)) / math.sqrt(tails / (tails - 2)), dtype=float)
+def ar1(rng: np.random.Generator, rows: int, n: int, rho: float, shape: Shape = NORMAL) -> np.ndarray:
+    """rows stationary AR(1) series of length n with unit marginal variance; innovations of `shape`
+    (normal, Student t, skewed: analysis/innovations.py)."""
+    e = shape.draw(rng, (rows, n))
     if rho <= 0:
         return e
     x = np.empty_like(e)
@@ -186,25 +192,25 @@ def ar1(rng: np.random.Generator, rows: int, n: int, rho: float, tails: float = 
 
 
 @lru_cache(maxsize=512)
-def segment_null(n: int, rho: float, circular: bool, size: int = NULL_SERIES, tails: float = math.inf) -> np.ndarray:
+def segment_null(n: int, rho: float, circular: bool, size: int = NULL_SERIES, shape: Shape = NORMAL) -> np.ndarray:
     """Sorted maxima of the candidate statistics of `size` simulated flat series of length n."""
     i, j = candidates(n, circular)
     var = interval_variance(n, rho, i, j)
-    rng = np.random.default_rng([n, int(rho * 1000), circular, 0 if math.isinf(tails) else int(tails)])
+    rng = np.random.default_rng([n, int(rho * 1000), circular, *shape.seed()])
     out = []
     chunk = max(100, min(size, 1_000_000 // max(len(i), 1)))
     for start in range(0, size, chunk):
-        x = ar1(rng, min(chunk, size - start), n, rho, tails)
+        x = ar1(rng, min(chunk, size - start), n, rho, shape)
         out.append(statistics(x, i, j, var).max(axis=-1))
     return np.sort(np.concatenate(out))
 
 
 @lru_cache(maxsize=512)
-def newest_null(n: int, rho: float, size: int = NULL_SERIES, tails: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+def newest_null(n: int, rho: float, size: int = NULL_SERIES, shape: Shape = NORMAL) -> tuple[np.ndarray, np.ndarray]:
     """(per k in NEWEST the sorted newest-k statistics, the sorted smallest of each series' own
     p-values over k) of `size` simulated flat series of length n: the k are combined by min-p."""
-    rng = np.random.default_rng([n, int(rho * 1000), 7, 0 if math.isinf(tails) else int(tails)])
-    stats = np.concatenate([_newest_stats(ar1(rng, min(50_000, size - start), n, rho, tails), rho)
+    rng = np.random.default_rng([n, int(rho * 1000), 7, *shape.seed()])
+    stats = np.concatenate([_newest_stats(ar1(rng, min(50_000, size - start), n, rho, shape), rho)
                             for start in range(0, size, 50_000)])
     cols = np.sort(stats, axis=0).T
     ps = np.stack([_tail_share(c, stats[:, q]) for q, c in enumerate(cols)], axis=-1)
@@ -252,7 +258,7 @@ def noise_model(segments: Sequence[np.ndarray]) -> NoiseModel:
     """Lag-1 correlation from the residuals of every segment (each around its own mean), pooled,
     bias-corrected for short segments (E[r] ~ rho - (1 + 4 rho) / L; Kendall 1954, Marriott &
     Pope 1954) and raised by one standard error, so that dependence is not under-stated; and the
-    innovations' tails (tails_for)."""
+    innovations' tails and skew (innovations.shape_for)."""
     num = den = 0.0
     pairs, lengths = 0, []
     resid = []
@@ -274,41 +280,8 @@ def noise_model(segments: Sequence[np.ndarray]) -> NoiseModel:
     margin = math.sqrt(max(1 - est * est, 0.05) / pairs)
     rho = float(np.clip(math.ceil((est + margin) * 20) / 20, 0.0, RHO_MAX))  # up to a 0.05 grid: fewer nulls
     innov = np.concatenate([r[1:] - raw * r[:-1] for r in resid])
-    tails, far = tails_for(innov)
-    return NoiseModel(rho, est, pairs, tails, far, None if est == corrected else corrected)
-
-
-TAILS = (30.0, 12.0, 8.0, 6.0, 5.0, 4.0, 3.0)  # Student t innovations the nulls may be simulated with
-FAR = 3.0  # "far off": beyond 3 normal SDs, measured in median absolute deviations (robust to the tails)
-
-
-def _far_share(df: float) -> float:
-    """P(an innovation lands beyond FAR SDs as its MAD measures them) for t with df (inf: normal)."""
-    if math.isinf(df):
-        return float(2 * special.ndtr(-FAR))
-    mad = float(special.stdtrit(df, 0.75))
-    return float(2 * special.stdtr(df, -FAR * mad / 0.6744897501960817))
-
-
-def tails_for(innov: np.ndarray) -> tuple[float, float]:
-    """(degrees of freedom of the t innovations, the share of innovations far off). The share of
-    innovations beyond FAR SDs, the SD measured robustly (1.4826 MAD), taken at its lower 90 %
-    confidence bound, chooses the lightest tail in normal, TAILS that lands that far at least as
-    often (twice the heavier side's share: a skewed tail counts as if both sides were as heavy):
-    runs that now and then land far off (a cache that missed, a neighbour's burst) must not read
-    as changes under a normal model, and normal noise should stay normal."""
-    x = np.asarray(innov, dtype=float)
-    mad = float(np.median(np.abs(x - np.median(x))))
-    if len(x) < 10 or mad <= 0:
-        return math.inf, 0.0
-    z = (x - np.median(x)) / (1.4826 * mad)
-    far = 2 * max(float(np.mean(z > FAR)), float(np.mean(z < -FAR)))  # skew: the heavier side, both ways
-    n, z = len(x), 1.2816  # one-sided 90 %
-    lower = (far + z * z / (2 * n) - z * math.sqrt(far * (1 - far) / n + z * z / (4 * n * n))) / (1 + z * z / n)
-    for df in (math.inf, *TAILS):
-        if _far_share(df) >= lower:
-            return df, far
-    return TAILS[-1], far
+    shape, far = shape_for(innov)
+    return NoiseModel(rho, est, pairs, shape.df, far, None if est == corrected else corrected, shape.skew)
 
 
 # -- one series ---------------------------------------------------------------------------------
@@ -325,7 +298,7 @@ def _best(x: np.ndarray, lo: int, hi: int, rho: float, h: float = 0.0) -> tuple[
 
 
 def _split_p(x: np.ndarray, lo: int, cut: int, hi: int, rho: float, nulls: int = NULL_SERIES,
-             tails: float = math.inf, h: float = 0.0) -> float:
+             shape: Shape = NORMAL, h: float = 0.0) -> float:
     """p of the single split of x[lo:hi] at cut, against the largest split statistic of a flat
     segment that long; 1 when a side is shorter than MIN_SIDE."""
     if cut - lo < MIN_SIDE or hi - cut < MIN_SIDE:
@@ -333,11 +306,11 @@ def _split_p(x: np.ndarray, lo: int, cut: int, hi: int, rho: float, nulls: int =
     n = hi - lo
     t = np.array([cut - lo])
     stat = float(statistics(x[None, lo:hi], t, np.full_like(t, n), split_variance(n, rho, t), h)[0, 0])
-    return p_of(segment_null(n, rho, False, nulls, tails), stat)
+    return p_of(segment_null(n, rho, False, nulls, shape), stat)
 
 
 def segment(x: np.ndarray, rho: float, level: float, nulls: int = NULL_SERIES,
-            tails: float = math.inf, h: float = 0.0) -> tuple[list[tuple[int, float]], float]:
+            shape: Shape = NORMAL, h: float = 0.0) -> tuple[list[tuple[int, float]], float]:
     """Binary segmentation of x at `level`: ([(index, p)] of the confirmed change points, the p of
     the top-level test of the whole series); `h` the values' resolution."""
     found: list[tuple[int, float]] = []
@@ -351,13 +324,13 @@ def segment(x: np.ndarray, rho: float, level: float, nulls: int = NULL_SERIES,
             first = False
             continue
         i, j, stat = best
-        p_seg = p_of(segment_null(hi - lo, rho, True, nulls, tails), stat)
+        p_seg = p_of(segment_null(hi - lo, rho, True, nulls, shape), stat)
         if first:
             p_top, first = p_seg, False
         if p_seg > level:
             continue
-        ends = [(c, _split_p(x, lo, c, j, rho, nulls, tails, h) if c == i
-                 else _split_p(x, i if i > lo else lo, c, hi, rho, nulls, tails, h))
+        ends = [(c, _split_p(x, lo, c, j, rho, nulls, shape, h) if c == i
+                 else _split_p(x, i if i > lo else lo, c, hi, rho, nulls, shape, h))
                 for c in (i, j) if lo < c < hi]
         kept = [(c, p) for c, p in ends if p <= level]
         found += kept
@@ -367,20 +340,20 @@ def segment(x: np.ndarray, rho: float, level: float, nulls: int = NULL_SERIES,
     return sorted(found), p_top
 
 
-def newest_p(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, tails: float = math.inf,
+def newest_p(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, shape: Shape = NORMAL,
              h: float = 0.0) -> float:
     """p of "the newest runs moved", against the baseline x[start:-k]; 1 without MIN_BASELINE runs."""
-    return newest_test(x, start, rho, nulls, tails, h)[0]
+    return newest_test(x, start, rho, nulls, shape, h)[0]
 
 
-def newest_test(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, tails: float = math.inf,
+def newest_test(x: np.ndarray, start: int, rho: float, nulls: int = NULL_SERIES, shape: Shape = NORMAL,
                 h: float = 0.0) -> tuple[float, int]:
     """(p, k): the newest-k tests combined by their smallest p-value (its null simulated), and the
     k that gave it (the largest of equally small ones: every run that moved belongs to the change)."""
     n = len(x) - start
     if n - max(NEWEST) < MIN_BASELINE:
         return 1.0, NEWEST[0]
-    cols, minp = newest_null(n, rho, nulls, tails)
+    cols, minp = newest_null(n, rho, nulls, shape)
     stats = _newest_stats(x[None, start:], rho, h)[0]
     ps = [float(_tail_share(c, np.array([v]))[0]) for c, v in zip(cols, stats, strict=True)]
     best = min(ps)
@@ -422,15 +395,16 @@ def sizes(x: np.ndarray, cuts: list[int], rho: float, logged: bool, h: float = 0
 # -- the family ---------------------------------------------------------------------------------
 def analyse(family: Mapping[Hashable, Sequence[float]], alpha: float = ALPHA, rho: float | None = None,
             tails: float = math.inf, resolution: Mapping[Hashable, Sequence[float]] | None = None,
+            skew: float = 1.0,
             ) -> tuple[dict[Hashable, SeriesResult], NoiseModel]:
     """Every series of a study at once: the noise model from all of them, Holm over the family
-    of their top-level and newest-run tests, the changes of each. `rho` (and `tails`): use this
+    of their top-level and newest-run tests, the changes of each. `rho` (and `tails`, `skew`): use this
     noise model instead of estimating it (power simulations). `resolution`: per series, each
     value's error bound in its own units (the tool's clock tick or histogram bucket, as
     `manifest.resolution` records it; `transform`)."""
     data = {k: transform(v, (resolution or {}).get(k)) for k, v in family.items()}
-    model = NoiseModel(rho, rho, 0, tails) if rho is not None else _model(data)
-    r, tl = model.rho, model.tails
+    model = NoiseModel(rho, rho, 0, tails, skew=skew) if rho is not None else _model(data)
+    r, tl = model.rho, model.shape
     nulls = null_size(2 * len(data), alpha)
     tops: dict[Hashable, float] = {}
     newest: dict[Hashable, float] = {}
@@ -503,7 +477,7 @@ def _model(data: Mapping[Hashable, tuple[np.ndarray, bool, float, float]]) -> No
         segs = []
         for x, _logged, _scale, h in data.values():
             level = ALPHA / max(len(data), 1)
-            cuts = [c for c, _ in segment(x, model.rho, level, null_size(len(data)), model.tails, h)[0]] \
+            cuts = [c for c, _ in segment(x, model.rho, level, null_size(len(data)), model.shape, h)[0]] \
                 if len(x) >= 2 * MIN_SIDE else []
             # the newest runs are what the newest-run test judges: they never shape the noise it is judged by
             known = len(x) - max(NEWEST) if len(x) > 2 * max(NEWEST) else len(x)

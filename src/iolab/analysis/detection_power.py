@@ -3,7 +3,8 @@
 A series' power depends on its noise between runs (the SD around its segments, `Series.noise_cv`),
 the dependence between consecutive runs (the family's rho), how many runs precede a step and how
 many series share the family (Holm: more series, a stricter first step). This simulates flat
-histories with that noise (stationary AR(1), Gaussian), adds a step of each size after the
+histories with that noise (stationary AR(1), with the family's innovations: normal unless its
+tails or skew say otherwise, analysis/innovations.py), adds a step of each size after the
 series' current length, and judges them with the real analysis/changepoints.py after every
 new run, at the level Holm's first step would give in a family that large (alpha / family,
 split over its two tests as `analyse` does). Pure and seeded.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from iolab.analysis import changepoints as cp
+from iolab.analysis.innovations import Shape
 
 STEPS = (0.02, 0.05, 0.10)
 AFTER = 10  # runs after the step that are simulated
@@ -44,7 +46,7 @@ class Power:
 
 
 def power(n_before: int, cv: float, rho: float, family: int, steps: Sequence[float] = STEPS, sims: int = SIMS,
-          seed: int = 0, tails: float = math.inf) -> list[Power]:
+          seed: int = 0, tails: float = math.inf, skew: float = 1.0) -> list[Power]:
     """For each step size: runs until suspected / confirmed in a series like this one."""
     out = []
     alpha = cp.ALPHA / max(family, 1)
@@ -53,11 +55,11 @@ def power(n_before: int, cv: float, rho: float, family: int, steps: Sequence[flo
         sus: list[int | None] = []
         conf: list[int | None] = []
         for _ in range(sims):
-            x = cv * cp.ar1(rng, 1, n_before + AFTER, rho, tails)[0]
+            x = cv * cp.ar1(rng, 1, n_before + AFTER, rho, Shape(tails, skew))[0]
             x[n_before:] += math.log(1 - step)
             s = c = None
             for r in range(1, AFTER + 1):
-                res, _ = cp.analyse({0: np.exp(x[: n_before + r])}, alpha=alpha, rho=rho, tails=tails)
+                res, _ = cp.analyse({0: np.exp(x[: n_before + r])}, alpha=alpha, rho=rho, tails=tails, skew=skew)
                 near = [ch for ch in res[0].changes if abs(ch.index - n_before) <= 1]
                 if s is None and near:
                     s = r

@@ -24,6 +24,7 @@ import numpy as np
 
 from iolab.analysis import changepoints as cp
 from iolab.analysis.compare import ENVIRONMENT
+from iolab.analysis.innovations import NORMAL, Shape
 from iolab.core import metrics
 from iolab.core.model import TrialResult
 
@@ -94,6 +95,7 @@ class History:
     rho_estimate: float
     family: int  # series judged together
     tails: float = math.inf  # degrees of freedom of the t innovations the nulls assumed (inf: normal)
+    skew: float = 1.0  # their Fernández–Steel γ (1: symmetric; analysis/innovations.py)
     alpha: float = cp.ALPHA
     method: str = ("median per run (a count: its mean per trial); circular binary segmentation, each end tested on "
                    "its own (>= 3 runs per side), "
@@ -167,9 +169,9 @@ def build(runs: list[RunData], metric: str | tuple[str, ...] | None = None, conf
                    noise_cv=_noise(points, res, model.rho), estimand=decl.estimand if decl else "median")
         s.changes = [_named(c, points, s.direction) for c in res.changes]
         s.events = replay(points, res, model.rho, cp.ALPHA / max(2 * len(keys), 1), cp.null_size(2 * len(keys)),
-                          model.tails)
+                          model.shape)
         out.append(s)
-    hist = History(out, model.rho, model.estimate, len(keys), tails=model.tails)
+    hist = History(out, model.rho, model.estimate, len(keys), tails=model.tails, skew=model.skew)
     if model.unclipped is not None:
         hist.method += (f"; rho's bias-corrected estimate {model.unclipped:.2f} lies outside [-1, 1] (too few runs "
                         f"per segment for the correction) and was clipped to {model.estimate:.2f}")
@@ -210,7 +212,7 @@ def _named(c: cp.Change, points: list[Point], direction: str) -> Change:
 
 
 def replay(points: list[Point], res: cp.SeriesResult, rho: float, level: float,
-           nulls: int = cp.NULL_SERIES, tails: float = math.inf) -> list[Event]:
+           nulls: int = cp.NULL_SERIES, shape: Shape = NORMAL) -> list[Event]:
     """The newest-run test as it would have answered after each run (the runs known then, the
     baseline since the confirmed change before it), at Holm's first-step level: when a change
     was first suspected, and whether it was then confirmed or withdrawn."""
@@ -223,7 +225,7 @@ def replay(points: list[Point], res: cp.SeriesResult, rho: float, level: float,
                                    for c in confirmed):
             continue  # the newest runs follow a change already confirmed: they are explained (as in analyse)
         start = max([c for c in confirmed if c <= t - max(cp.NEWEST) - cp.MIN_BASELINE] or [0])
-        p, k = cp.newest_test(x[:t], start, rho, nulls, tails, res.resolution)
+        p, k = cp.newest_test(x[:t], start, rho, nulls, shape, res.resolution)
         if p <= level:
             at = t - k
             if open_at is None:

@@ -19,6 +19,7 @@ import jinja2
 
 from iolab.analysis.detection_power import Power
 from iolab.analysis.history import Change, History, Series
+from iolab.analysis.innovations import Shape
 from iolab.report.charts import chart_svg
 from iolab.report.comparison import text_table
 from iolab.report.model import Chart
@@ -86,7 +87,7 @@ DRIFTING = 0.5  # rho at or above which the runs wander too much to tell a step 
 
 
 def method_text(h: History) -> str:
-    shape = "normal" if math.isinf(h.tails) else f"Student t ({h.tails:g} d.o.f.: runs that land far off)"
+    shape = Shape(h.tails, h.skew).describe()
     text = (f"Method: {h.method}; consecutive runs modelled as AR(1) with "
             f"rho = {h.rho:.2f} (estimated {h.rho_estimate:.2f} from every series, plus a margin), {shape} "
             "innovations; docs/store.md#history")
