@@ -404,26 +404,26 @@ def analyse(family: Mapping[Hashable, Sequence[float]], alpha: float = ALPHA, rh
     `manifest.resolution` records it; `transform`)."""
     data = {k: transform(v, (resolution or {}).get(k)) for k, v in family.items()}
     model = NoiseModel(rho, rho, 0, tails, skew=skew) if rho is not None else _model(data)
-    r, tl = model.rho, model.shape
+    r, shape = model.rho, model.shape
     nulls = null_size(2 * len(data), alpha)
     tops: dict[Hashable, float] = {}
     newest: dict[Hashable, float] = {}
     for k, (x, _, _, h) in data.items():
-        _, tops[k] = segment(x, r, 0.0, nulls, tl, h) if len(x) >= 2 * MIN_SIDE else ([], 1.0)
+        _, tops[k] = segment(x, r, 0.0, nulls, shape, h) if len(x) >= 2 * MIN_SIDE else ([], 1.0)
     keys = list(data)
     # Holm over the "any change" tests first pass: which series change at all
     hyps = [("any", k) for k in keys] + [("newest", k) for k in keys]
     # the newest-run test needs the confirmed segmentation for its baseline: computed at a level
     # found by Holm's first step (conservative: the smallest level Holm could use)
     first_level = alpha / len(hyps) if hyps else alpha
-    cuts0 = {k: segment(data[k][0], r, first_level, nulls, tl, data[k][3])[0] if tops[k] <= first_level else []
+    cuts0 = {k: segment(data[k][0], r, first_level, nulls, shape, data[k][3])[0] if tops[k] <= first_level else []
              for k in keys}
     starts: dict[Hashable, int] = {}
     ks: dict[Hashable, int] = {}
     for k in keys:
         x, h = data[k][0], data[k][3]
         starts[k] = max([c for c, _ in cuts0[k] if c <= len(x) - max(NEWEST) - MIN_BASELINE] or [0])
-        newest[k], ks[k] = newest_test(x, starts[k], r, nulls, tl, h)
+        newest[k], ks[k] = newest_test(x, starts[k], r, nulls, shape, h)
     ps = [tops[k] for k in keys] + [newest[k] for k in keys]
     adjusted = holm(ps)
     levels = _holm_levels(ps, alpha)
@@ -432,7 +432,7 @@ def analyse(family: Mapping[Hashable, Sequence[float]], alpha: float = ALPHA, rh
         x, logged, scale, h = data[k]
         res = SeriesResult(p_any=tops[k], p_newest=newest[k], logged=logged, resolution=h, scale=scale)
         if adjusted[idx] <= alpha:
-            cuts = segment(x, r, levels[idx], nulls, tl, h)[0]
+            cuts = segment(x, r, levels[idx], nulls, shape, h)[0]
             res.changes += _changes(x, cuts, r, res, "confirmed", levels[idx])
         j = idx + len(keys)
         covered = any(c.index > len(x) - max(NEWEST) - MIN_BASELINE for c in res.changes)
