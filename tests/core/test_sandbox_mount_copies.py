@@ -47,8 +47,10 @@ def canary(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def _sandbox(tagged: bool, mnt: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A sandbox shaped like iolab's (core/confine.py), started while the canary is mounted, and
-    its mount namespace, once bwrap has finished building it (its root pivoted: the canary's copy
-    is at the canary's own path there, not under bwrap's /newroot)."""
+    its mount namespace, once bwrap has finished building it: once `sleep` runs in it. Before that
+    the namespace passes through states where the canary's copy is at its own path too (the host's
+    copy before bwrap binds / to /newroot) or only under /newroot (before the pivot), so seeing the
+    canary's path alone does not say the namespace is built (the suite once caught it half-built)."""
     env = {k: v for k, v in os.environ.items() if k != owners.ENV_OWNER}
     if tagged:
         env[owners.ENV_OWNER] = owners.me().token
@@ -60,7 +62,8 @@ def _sandbox(tagged: bool, mnt: Path) -> tuple[subprocess.Popen[bytes], str]:
         for pid in _descendants(proc.pid):
             try:
                 ns = os.readlink(f"/proc/{pid}/ns/mnt")
-                lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines() if ns != mine else []
+                built = ns != mine and Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
+                lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines() if built else []
             except OSError:
                 continue
             if any(line.split()[4] == str(mnt) for line in lines):
