@@ -118,9 +118,18 @@ def _block(p: np.ndarray, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np
     return p[a1, b1] - p[a0, b1] - p[a1, b0] + p[a0, b0]
 
 
+@lru_cache(maxsize=1024)
+def _correlation_sums(n: int, rho: float) -> np.ndarray:
+    """The prefix sums of n AR(1) values' correlation matrix, once per (n, rho): a family's series
+    share their length and noise model, and every test of every series reads them."""
+    p = _prefix2(correlation(n, rho))
+    p.flags.writeable = False
+    return p
+
+
 def interval_variance(n: int, rho: float, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     """Var(mean(inside) - mean(outside)) / sigma^2 for inside = [i, j) of n AR(1) values."""
-    p = _prefix2(correlation(n, rho))
+    p = _correlation_sums(n, rho)
     z, e = np.zeros_like(i), np.full_like(i, n)
     m = (j - i).astype(float)
     o = n - m
@@ -155,6 +164,17 @@ def candidates(n: int, circular: bool) -> tuple[np.ndarray, np.ndarray]:
     return i[keep], j[keep]
 
 
+@lru_cache(maxsize=1024)
+def candidate_set(n: int, rho: float, circular: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, their interval variances) of `candidates`, once per (n, rho, circular), read-only:
+    binary segmentation tests every segment of every series of a family with them."""
+    i, j = candidates(n, circular)
+    var = interval_variance(n, rho, i, j)
+    for a in (i, j, var):
+        a.flags.writeable = False
+    return i, j, var
+
+
 def statistics(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray, h: float = 0.0) -> np.ndarray:
     """|mean(inside) - mean(outside)| / (s * sqrt(var)) for rows of x (..., n), s the pooled
     within-group SD of inside and outside. Rows without spread give 0 (no step) or inf. `h`: the
@@ -177,6 +197,35 @@ def statistics(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray, h: 
     return t
 
 
+def null_maxima(x: np.ndarray, i: np.ndarray, j: np.ndarray, var: np.ndarray, block: int = 1 << 16) -> np.ndarray:
+    """`statistics(x, i, j, var).max(axis=-1)` for simulated flat rows (h = 0, continuous noise),
+    the same numbers to rounding (~1e-15), five to eight times faster: simulating the nulls was
+    four fifths of a cold `iolab history` and of every simulation of it.
+
+    How: with each row centred, a candidate's inside sum S alone sets its statistic. The gap of
+    the means is D = S n / (m (n - m)), the pooled within SS is SST - S² n / (m (n - m)) (total
+    SS less the between SS), so t² = u g / (SST - u) with u = S² w, w = n / (m (n - m)) and
+    g = w (n - 2) / var per candidate: four passes over rows × candidates instead of some twenty,
+    in blocks of `block` values that stay in the CPU's cache."""
+    rows, n = x.shape
+    m = (j - i).astype(float)
+    w = n / (m * (n - m))
+    g = w * (n - 2) / var
+    out = np.empty(rows)
+    step = max(1, block // max(len(i), 1))
+    c1 = np.zeros((min(step, rows), n + 1))
+    for a in range(0, rows, step):
+        xc = x[a:a + step] - x[a:a + step].mean(axis=-1, keepdims=True)
+        c = c1[: len(xc)]
+        np.cumsum(xc, axis=-1, out=c[:, 1:])
+        sst = np.einsum("ij,ij->i", xc, xc)[:, None]
+        inside = c[:, j] - c[:, i]
+        u = inside * inside * w
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[a:a + step] = np.sqrt((u * g / (sst - u)).max(axis=-1))
+    return out
+
+
 def ar1(rng: np.random.Generator, rows: int, n: int, rho: float, shape: Shape = NORMAL) -> np.ndarray:
     """rows stationary AR(1) series of length n with unit marginal variance; innovations of `shape`
     (normal, Student t, skewed: analysis/innovations.py)."""
@@ -194,14 +243,13 @@ def ar1(rng: np.random.Generator, rows: int, n: int, rho: float, shape: Shape = 
 @lru_cache(maxsize=512)
 def segment_null(n: int, rho: float, circular: bool, size: int = NULL_SERIES, shape: Shape = NORMAL) -> np.ndarray:
     """Sorted maxima of the candidate statistics of `size` simulated flat series of length n."""
-    i, j = candidates(n, circular)
-    var = interval_variance(n, rho, i, j)
+    i, j, var = candidate_set(n, rho, circular)
     rng = np.random.default_rng([n, int(rho * 1000), circular, *shape.seed()])
     out = []
     chunk = max(100, min(size, 1_000_000 // max(len(i), 1)))
     for start in range(0, size, chunk):
         x = ar1(rng, min(chunk, size - start), n, rho, shape)
-        out.append(statistics(x, i, j, var).max(axis=-1))
+        out.append(null_maxima(x, i, j, var))
     return np.sort(np.concatenate(out))
 
 
@@ -289,10 +337,10 @@ def _best(x: np.ndarray, lo: int, hi: int, rho: float, h: float = 0.0) -> tuple[
     """(i, j, statistic) of the strongest candidate in x[lo:hi] (absolute indices), or None."""
     seg = x[lo:hi]
     n = len(seg)
-    i, j = candidates(n, circular=True)
+    i, j, var = candidate_set(n, rho, True)
     if len(i) == 0:
         return None
-    t = statistics(seg[None, :], i, j, interval_variance(n, rho, i, j), h)[0]
+    t = statistics(seg[None, :], i, j, var, h)[0]
     b = int(np.argmax(t))
     return lo + int(i[b]), lo + int(j[b]), float(t[b])
 

@@ -120,6 +120,36 @@ def _kelly(x: np.ndarray) -> np.ndarray:
         return np.where(hi > lo, (hi + lo - 2 * med) / (hi - lo), 0.0)
 
 
+def _kelly_resampled(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """`_kelly(x[idx])`, the same numbers, without building and partitioning each resample: a
+    resample's order statistics are read from how many times it drew each of x's sorted values
+    (one bincount and one cumulative sum for all rows), then interpolated as `np.quantile`'s
+    linear method does. Why: the bootstrap of `shown_skew` was a fifth of `iolab history`'s
+    analysis, and simulations run that analysis thousands of times."""
+    rows, n = idx.shape
+    order = np.argsort(x, kind="stable")
+    rank = np.empty(n, dtype=np.intp)
+    rank[order] = np.arange(n)
+    row = np.arange(rows)[:, None]
+    cum = np.bincount((rank[idx] + row * n).ravel(), minlength=rows * n).reshape(rows, n).cumsum(axis=1)
+    q = np.array([KELLY, 0.5, 1 - KELLY])
+    virtual = (n - 1) * q  # np.quantile's "linear" (Hyndman & Fan 7)
+    prev = np.clip(np.floor(virtual), 0, n - 1).astype(np.intp)
+    nxt = np.minimum(prev + 1, n - 1)
+    gamma = virtual - prev
+    # the k-th order statistic (from 0) of a row: the first sorted value whose cumulative count
+    # exceeds k; rows offset by n + 1 make one increasing array, so one searchsorted serves all
+    off = row * (n + 1)
+    ks = np.concatenate([prev, nxt])[None, :] + off
+    pos = np.searchsorted((cum + off).ravel(), ks.ravel(), side="right").reshape(rows, -1) - row * n
+    stats = x[order][pos]
+    a, b = stats[:, :3], stats[:, 3:]
+    d = b - a
+    lo, med, hi = np.where(gamma >= 0.5, b - d * (1 - gamma), a + d * gamma).T  # numpy's _lerp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(hi > lo, (hi + lo - 2 * med) / (hi - lo), 0.0)
+
+
 def _lower(share: float, n: int) -> float:
     """Wilson's lower 90 % bound of a share seen in n values."""
     z = Z90
@@ -131,7 +161,7 @@ def shown_skew(x: np.ndarray) -> float:
     """Kelly's skewness of the innovations when they show it, 0 when not: when its 90 % bootstrap
     interval (seeded) holds 0."""
     rng = np.random.default_rng([len(x), 17])
-    boot = _kelly(x[rng.integers(0, len(x), (BOOTSTRAP, len(x)))])
+    boot = _kelly_resampled(x, rng.integers(0, len(x), (BOOTSTRAP, len(x))))
     lo, hi = np.quantile(boot, [0.1, 0.9])
     return float(_kelly(x)) if lo > 0 or hi < 0 else 0.0
 
