@@ -83,17 +83,17 @@ def metric_set_of(trials: Sequence[Trial]) -> MetricSet:
     """The declarations of these trials' metrics (one configuration's): the ones each trial stored,
     and for a trial stored before that, today's declarations of its workload (the registry)."""
     own: dict[str, metrics.Metric] = {}
-    legacy: list[metrics.MetricSet] = []
+    legacy: Trial | None = None
     for t in trials:
         d = stored_declarations(t)
         if d is None:
-            legacy.append(metrics.for_workload(workload_of(t)))
+            legacy = t if legacy is None else legacy
             continue
         for name, m in d.metrics.items():
             own.setdefault(name, m)
     out = MetricSet(own.values())
-    for ms in legacy[:1]:  # the trials of one configuration share one workload
-        out = out.merged(ms)
+    if legacy is not None:  # the trials of one configuration share one workload: its first is asked
+        out = out.merged(metrics.for_workload(workload_of(legacy)))
     return out
 
 

@@ -185,10 +185,12 @@ class MetricSet:
     def __init__(self, metrics: Iterable[Metric]):
         self._exact: dict[str, Metric] = {}
         self._patterns: list[Metric] = []
+        pattern_names: set[str] = set()
         for m in metrics:
             if m.is_pattern:
-                if any(p.name == m.name for p in self._patterns):
+                if m.name in pattern_names:
                     raise ValueError(f"metric pattern {m.name} declared twice")
+                pattern_names.add(m.name)
                 self._patterns.append(m)
             else:
                 if m.name in self._exact:
@@ -216,8 +218,8 @@ class MetricSet:
     def merged(self, fallback: Iterable[Metric]) -> MetricSet:
         """This set plus every declaration of `fallback` whose name it does not declare itself."""
         own = list(self)
-        return MetricSet(own + [m for m in fallback if self.get(m.name) is None and
-                                all(p.name != m.name for p in own)])
+        names = {m.name for m in own}
+        return MetricSet(own + [m for m in fallback if m.name not in names and self.get(m.name) is None])
 
     def with_aggregate(self, names: Iterable[str], aggregate: Aggregate) -> MetricSet:
         wanted = set(names)
