@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from figures import Busy, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
+from figures import Busy, add_round_arguments, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
 
 from iolab.analysis import sequential
 from iolab.reproduce.claims import evaluate
@@ -65,10 +65,7 @@ def main() -> None:
     stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=20, help="analyses per side and round (default 20)")
-    ap.add_argument("--max-rounds", type=int, default=20, help="at most this many rounds (default 20; at least 5)")
-    ap.add_argument("--target", type=float, default=0.05,
-                    help="relative 95%% CI half-width of the ratio to reach (0.05)")
-    ap.add_argument("--budget", type=float, default=300, help="seconds before giving up on the width (300)")
+    add_round_arguments(ap, max_rounds=20, target=0.05, budget=300)
     args = ap.parse_args()
     if args.max_rounds < 5 or not 1 <= args.docs <= 1000:
         ap.error("--max-rounds at least 5, --docs 1..1000")

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from figures import Busy, mean_figure, stop_on_signals, stopping, until_narrow
+from figures import Busy, add_round_arguments, mean_figure, stop_on_signals, stopping, until_narrow
 
 from iolab.cgroups.session import CgroupSession
 from iolab.core.resources import Ledger
@@ -30,9 +30,7 @@ def main() -> None:
     stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--groups", type=int, default=128, help="groups per round (default 128)")
-    ap.add_argument("--max-rounds", type=int, default=30, help="at most this many rounds (default 30; at least 5)")
-    ap.add_argument("--target", type=float, default=0.02, help="relative 95%% CI half-width to reach (0.02)")
-    ap.add_argument("--budget", type=float, default=120, help="seconds before giving up on the width (120)")
+    add_round_arguments(ap, max_rounds=30, target=0.02, budget=120, what="the figure")
     args = ap.parse_args()
     if args.max_rounds < 5 or not 1 <= args.groups <= 1024:
         ap.error("--max-rounds at least 5, --groups 1..1024")

@@ -15,6 +15,7 @@ the interval keeps its 95 % over all those looks (`looks=(first, last)`).
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import signal
@@ -125,6 +126,18 @@ def confidence(looks: tuple[int, int] | None) -> float:
     if looks is None or looks[0] >= looks[1]:
         return 0.95
     return 1 - simultaneous_t_alpha(*looks)
+
+
+def add_round_arguments(ap: argparse.ArgumentParser, *, max_rounds: int, target: float, budget: float,
+                        what: str = "the ratio") -> None:
+    """--max-rounds, --target and --budget of a benchmark that repeats rounds until its figure's
+    95 % CI is narrow enough (`until_narrow`), with that benchmark's defaults."""
+    ap.add_argument("--max-rounds", type=int, default=max_rounds,
+                    help=f"at most this many rounds (default {max_rounds}; at least {MIN_N})")
+    ap.add_argument("--target", type=float, default=target,
+                    help=f"relative 95%% CI half-width of {what} to reach ({target:g})")
+    ap.add_argument("--budget", type=float, default=budget,
+                    help=f"seconds before giving up on the width ({budget:g})")
 
 
 def stopping(max_n: int, min_n: int = MIN_N) -> tuple[int, int]:

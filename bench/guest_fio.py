@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from figures import Busy, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
+from figures import Busy, add_round_arguments, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
 from vm_boot import one_start
 
 from iolab.core.paths import cache_dir
@@ -55,10 +55,7 @@ def start(ledger: Ledger, caches: dict[str, Path], build: str) -> tuple[float, f
 def main() -> None:
     stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--max-rounds", type=int, default=15, help="at most this many rounds (default 15; at least 5)")
-    ap.add_argument("--target", type=float, default=0.05,
-                    help="relative 95%% CI half-width of the ratio to reach (0.05)")
-    ap.add_argument("--budget", type=float, default=900, help="seconds before giving up on the width (900)")
+    add_round_arguments(ap, max_rounds=15, target=0.05, budget=900)
     args = ap.parse_args()
     if args.max_rounds < 5:
         ap.error("at least 5 rounds")

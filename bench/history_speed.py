@@ -31,7 +31,16 @@ import time
 from collections.abc import Iterator
 
 import numpy as np
-from figures import Busy, Figure, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
+from figures import (
+    Busy,
+    Figure,
+    add_round_arguments,
+    print_side_by_side,
+    ratio_figure,
+    stop_on_signals,
+    stopping,
+    until_narrow,
+)
 
 from iolab.analysis import changepoints, innovations
 
@@ -103,10 +112,7 @@ def main() -> None:
     stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", type=int, default=8, help="families per side and round (default 8)")
-    ap.add_argument("--max-rounds", type=int, default=20, help="at most this many rounds (default 20; at least 5)")
-    ap.add_argument("--target", type=float, default=0.05,
-                    help="relative 95%% CI half-width of the ratio to reach (0.05)")
-    ap.add_argument("--budget", type=float, default=300, help="seconds before giving up on the width (300)")
+    add_round_arguments(ap, max_rounds=20, target=0.05, budget=300)
     args = ap.parse_args()
     if args.max_rounds < 5 or not 2 <= args.families <= 1000:
         ap.error("--max-rounds at least 5, --families 2..1000")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from figures import Busy, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
+from figures import Busy, add_round_arguments, print_side_by_side, ratio_figure, stop_on_signals, stopping, until_narrow
 
 from iolab.core.exec import ExecRequest
 from iolab.core.resources import Ledger
@@ -60,10 +60,7 @@ def one_start(ledger: Ledger, boot: str, bus: str) -> tuple[float, float, str, s
 def main() -> None:
     stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--max-rounds", type=int, default=15, help="at most this many rounds (default 15; at least 5)")
-    ap.add_argument("--target", type=float, default=0.05,
-                    help="relative 95%% CI half-width of the ratio to reach (0.05)")
-    ap.add_argument("--budget", type=float, default=900, help="seconds before giving up on the width (900)")
+    add_round_arguments(ap, max_rounds=15, target=0.05, budget=900)
     ap.add_argument("--bus", default="virtio-blk", choices=HOTPLUG_BUSES, help="the test disk's bus (virtio-blk)")
     args = ap.parse_args()
     if args.max_rounds < 5:
