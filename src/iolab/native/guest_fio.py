@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -386,12 +387,43 @@ def build(version: str | None = None, tarball: Path | None = None) -> StaticFio:
 
 def _remove_dead_work() -> None:
     """Temporary build directories and partial downloads of a builder that was killed: with the
-    lock held nobody else is building, so whatever is there is dead (~60 MB of objects)."""
+    lock held nobody else is building, so whatever is there is dead (~60 MB of objects). A killed
+    builder's configure, make and gcc outlive it (each child runs in a session of its own,
+    core/children.py) and go on writing in its directory, so they are ended first: removing the
+    tree under a running make left a directory it had just written (seen in the suite)."""
     for dead in [*root().glob(".build-*"), *root().glob("sources/.download-*")]:
         if dead.is_dir():
+            _end_builders_in(dead)
             shutil.rmtree(dead, ignore_errors=True)
         else:
             dead.unlink(missing_ok=True)
+
+
+def _builders_in(work: Path) -> list[int]:
+    """Processes of the build in `work`: `_build_into` gives configure, make and every compiler
+    they start TMPDIR=`work`, a mark no other process carries."""
+    mark = b"TMPDIR=" + os.fsencode(work)
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _end_builders_in(work: Path, wait_s: float = 30.0) -> None:
+    """SIGKILL the dead build's processes in `work` and wait until they are gone (a zombie shows
+    no environment, so it no longer counts)."""
+    deadline = time.monotonic() + wait_s
+    while (pids := _builders_in(work)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 def _remove_stale(keep: Path) -> None:
