@@ -61,11 +61,15 @@ def test_reproduce_quick_page_has_every_claim_with_a_verdict_and_a_reason(reprod
 
 def _check_block_size_verdict(row: dict) -> None:
     """holds iff the interval of (4 KiB speed / 512 B speed) lies wholly at or above 3x, differs iff
-    wholly below, undecided when it straddles 3x (a busy machine: warned, never failed)."""
+    wholly below, undecided when it straddles 3x (a busy machine: warned, never failed). An interval
+    wholly below 1 fails: 4 KiB shown slower than 512 B for the same data is a wrong program (a ratio
+    read upside down), which test_write_modes also pins with 1 MiB against 512 B."""
     est = row["estimate"]
     assert est and est["n"] >= 2, row
-    mean, (lo, hi) = est["mean"], est["ci95"]
-    assert mean > 1, f"4 KiB O_SYNC writes must be faster than 512 B for the same data: {row}"
+    lo, hi = est["ci95"]
+    # the direction is the interval's to refute, never the point estimate's: a median of three beside
+    # a neighbour's flushes can land either side of 1 (the tracker's CI: 0.86 in [9e-12, 8e10])
+    assert hi is None or hi >= 1, f"4 KiB O_SYNC writes shown slower than 512 B for the same data: {row}"
     expected = (claims.HOLDS if lo is not None and lo >= 3 else
                 claims.DIFFERS if hi is not None and hi < 3 else claims.UNDECIDED)  # None: no finite bound
     assert row["verdict"] == expected, (expected, row)
