@@ -88,10 +88,10 @@ def _held_in(ns: str, dev: str) -> list[tuple[list[str], bool]]:
     """(mount points, iolab's) of the namespaces holding `dev` that are `ns` (other workers' sandboxes
     may hold copies too: the suite runs in parallel)."""
     out = []
-    for pid, points, ours in cleaners.mount_namespaces_holding(dev):
+    for copy in cleaners.mount_namespaces_holding(dev):
         try:
-            if os.readlink(f"/proc/{pid}/ns/mnt") == ns:
-                out.append((points, ours))
+            if os.readlink(f"/proc/{copy.pid}/ns/mnt") == ns:
+                out.append((copy.points, copy.ours))
         except OSError:
             pass
     return out
@@ -134,3 +134,61 @@ def test_a_copy_in_a_namespace_iolab_did_not_make_is_named_and_left_alone(
         subprocess.run(["losetup", "-d", dev], capture_output=True)
         time.sleep(0.2)
     assert cleaners.loop_backing_file(dev) is None, "once that namespace is gone, the device detaches"
+
+
+def test_a_sandbox_still_being_built_is_left_for_the_next_attempt(
+        canary: tuple[str, Path], tmp_path: Path) -> None:
+    """bwrap makes each mount of its copy read-only from the list it read; a copy unmounted under it
+    meanwhile fails that other run's sandbox ("Can't remount readonly"). A namespace whose every
+    process is still the builder (comm bwrap) is not released yet, and named as being built; once
+    the sandboxed command runs there, it is. The builder is stood in for by `sleep` under bwrap's
+    name, in a mount namespace of its own that holds the canary's copy (bwrap's half-built state
+    lasts milliseconds: too short to catch for real)."""
+    dev, mnt = canary
+    builder = tmp_path / cleaners.SANDBOX_BUILDER
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", builder)
+    env = {**os.environ, owners.ENV_OWNER: owners.me().token}
+    box = subprocess.Popen(["unshare", "--mount", "--propagation", "private", str(builder), "120"], env=env,
+                           start_new_session=True)
+    mine = os.readlink("/proc/self/ns/mnt")
+    joined = None
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if (os.readlink(f"/proc/{box.pid}/ns/mnt") != mine
+                        and Path(f"/proc/{box.pid}/comm").read_text().strip() == cleaners.SANDBOX_BUILDER):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the stand-in builder did not start")
+        ns = os.readlink(f"/proc/{box.pid}/ns/mnt")
+        subprocess.run(["umount", str(mnt)], check=True)
+        assert _held_in(ns, dev) == [([str(mnt)], True)], cleaners.mount_namespaces_holding(dev)
+        assert cleaners.release_sandbox_copies(dev) == [], "a sandbox being built was released"
+        assert _held_in(ns, dev) == [([str(mnt)], True)], "its copy must stay until it is built"
+        assert "(an iolab sandbox still being built)" in cleaners.holders_of(dev)
+        # the sandboxed command starts in that namespace: now it is released
+        joined = subprocess.Popen(["nsenter", "--target", str(box.pid), "--mount", "--", "sleep", "120"], env=env,
+                                  start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                _comm(p) == "sleep" and os.readlink(f"/proc/{p}/ns/mnt") == ns for p in _descendants(joined.pid)):
+            time.sleep(0.05)
+        released = cleaners.release_sandbox_copies(dev)  # named by whichever of its processes /proc lists first
+        assert len(released) == 1 and released[0].startswith(f"{mnt} in the sandbox of pid "), released
+        assert _held_in(ns, dev) == [], "released once the sandbox runs"
+    finally:
+        for p in (box, joined):
+            if p is not None:
+                os.killpg(p.pid, 9)
+                p.wait()
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""

@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from iolab.core import children
 from iolab.core import owner as owners
@@ -131,9 +132,20 @@ def _dev_number(dev: str) -> str | None:
     return f"{os.major(rdev)}:{os.minor(rdev)}"
 
 
-def mount_namespaces_holding(dev: str) -> list[tuple[int, list[str], bool]]:
-    """Other mount namespaces in which a filesystem of `dev` is mounted: (a pid in it, the mount
-    points there, deepest first; whether an iolab process lives in it).
+class NamespaceCopy(NamedTuple):
+    """A mount namespace other than ours in which a filesystem of a device is mounted."""
+
+    pid: int  # a process in it
+    points: list[str]  # the device's mount points there, deepest first
+    ours: bool  # an iolab process lives in it (an iolab sandbox)
+    building: bool  # every process in it is still bwrap: the sandbox is being built
+
+
+SANDBOX_BUILDER = "bwrap"  # core/confine.py's sandbox; its comm until it execs the sandboxed command
+
+
+def mount_namespaces_holding(dev: str) -> list[NamespaceCopy]:
+    """Other mount namespaces in which a filesystem of `dev` is mounted.
 
     Why: a sandbox (bwrap `--ro-bind / /`, core/confine.py) starts with a private copy of every
     mount the host had at that instant, and the host's unmount does not reach the copy. A QEMU
@@ -149,13 +161,17 @@ def mount_namespaces_holding(dev: str) -> list[tuple[int, list[str], bool]]:
         return []
     spaces: dict[str, tuple[int, list[str]]] = {}
     iolab_spaces: set[str] = set()
+    running: set[str] = set()  # namespaces with a process that is not the sandbox's builder
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             ns = os.readlink(f"/proc/{entry}/ns/mnt")
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
         except OSError:
             continue
         if ns == mine:
             continue
+        if comm != SANDBOX_BUILDER:
+            running.add(ns)
         if owners.ENV_OWNER in owners.process_environ(int(entry)):
             iolab_spaces.add(ns)
         if ns in spaces:
@@ -166,24 +182,29 @@ def mount_namespaces_holding(dev: str) -> list[tuple[int, list[str], bool]]:
             continue
         points = [f.split()[4] for f in lines if len(f.split()) > 4 and f.split()[2] == number]
         spaces[ns] = (int(entry), sorted(points, key=lambda m: m.count("/"), reverse=True))
-    return [(pid, points, ns in iolab_spaces) for ns, (pid, points) in spaces.items() if points]
+    return [NamespaceCopy(pid, points, ns in iolab_spaces, ns not in running)
+            for ns, (pid, points) in spaces.items() if points]
 
 
 def release_sandbox_copies(dev: str) -> list[str]:
     """Unmount `dev`'s filesystems from the mount namespaces of iolab's sandboxes (never from a
     namespace no iolab process lives in); what was unmounted, for messages. Lazily: a sandbox
-    never uses another run's filesystem, but its processes' working directories could sit there."""
+    never uses another run's filesystem, but its processes' working directories could sit there.
+
+    A sandbox still being built is left for a later call (detach_loop calls again every 5 s):
+    bwrap makes each mount of its copy read-only one by one from the list it read, and a mount
+    that vanished from under it fails that other run's sandbox ("Can't remount readonly")."""
     done = []
-    for pid, points, ours in mount_namespaces_holding(dev):
-        if not ours:
+    for copy in mount_namespaces_holding(dev):
+        if not copy.ours or copy.building:
             continue
-        for point in points:
+        for point in copy.points:
             # its root (bwrap pivoted into a new one) and its pid namespace (umount reads the mount
             # table from /proc/self, and a sandbox's /proc is its own)
-            r = children.run(["nsenter", "--target", str(pid), "--mount", "--root", "--pid", "--",
+            r = children.run(["nsenter", "--target", str(copy.pid), "--mount", "--root", "--pid", "--",
                               "umount", "-l", point], capture_output=True, text=True)
             if r.returncode == 0:
-                done.append(f"{point} in the sandbox of pid {pid}")
+                done.append(f"{point} in the sandbox of pid {copy.pid}")
     return done
 
 
@@ -206,9 +227,10 @@ def holders_of(dev: str) -> str:
                     found.append(f"pid {pid} ({c.read().strip()})")
         except OSError:
             continue
-    for holder, points, ours in mount_namespaces_holding(dev):
-        who = "an iolab sandbox" if ours else "a process iolab did not start"
-        found.append(f"mounted at {', '.join(points)} in the mount namespace of pid {holder} ({who})")
+    for copy in mount_namespaces_holding(dev):
+        who = ("a process iolab did not start" if not copy.ours else
+               "an iolab sandbox still being built" if copy.building else "an iolab sandbox")
+        found.append(f"mounted at {', '.join(copy.points)} in the mount namespace of pid {copy.pid} ({who})")
     return ", ".join(found) or "no mount, holder or process seen (the kernel itself, e.g. a lazily unmounted fs)"
 
 
