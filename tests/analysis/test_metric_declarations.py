@@ -225,7 +225,8 @@ def test_guest_probes_on_real_captures_are_declared() -> None:
 
 def test_every_probe_is_covered() -> None:
     covered = {"host_disk", "page_cache", "machine_cpu", "guest_disk", "qmp_blockstats", "qemu_syscalls",
-               "guest_blocktrace", "fs_journal"}  # fs_journal: tests/probes/test_fs_journal.py, on a real ext4
+               "guest_blocktrace", "fs_journal",  # fs_journal: tests/probes/test_fs_journal.py, on a real ext4
+               "under_disk"}  # tests/probes/test_under_disk.py, under a real loop target
     assert covered == {p.name for p in probe_registry.probe_classes()}
 
 

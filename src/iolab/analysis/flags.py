@@ -21,6 +21,11 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                       "run on a quiet machine or with fewer processes"),
     "cpu_contended": ("the generator got clearly less CPU than it could use: other load on the machine (or steal)",
                       "look for other processes (iolab doctor lists the top consumers) and rerun"),
+    "disk_shared": ("the disk under the target's loop device moved clearly more than the trial did: other "
+                    "processes' I/O (or writeback of an earlier trial's data through a buffered loop) shared it, "
+                    "and the number may be slower and noisier for it",
+                    "rerun with the disk to itself (IOLAB_SCRATCH on a disk nothing else writes to), or compare "
+                    "trials with and without the flag"),
     "reads_hit_page_cache": ("reads were served from memory, not from the device",
                              "direct=true, or a working set much larger than RAM, or drop_caches"),
     "mode_not_effective": ("the write mode asked for did not take effect (e.g. O_DIRECT was cached)",

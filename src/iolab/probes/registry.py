@@ -9,6 +9,7 @@ from iolab.probes.base import Probe
 
 PROBES = [
     "iolab.probes.diskstats:HostDiskStats",
+    "iolab.probes.under_disk:UnderDiskStats",
     "iolab.probes.pagecache:PageCache",
     "iolab.probes.fs_journal:FsJournal",
     "iolab.probes.cpu:MachineCpu",
