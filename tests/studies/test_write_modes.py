@@ -40,8 +40,10 @@ def test_write_modes_quick(reproduced: Reproduced) -> None:
         assert c["agrees"] == (c["verdict"] == "holds")
         if c["verdict"] != "holds":
             assert "helper/fio" in c["reason"], c  # the interval it decided on is named
-    # O_DIRECT really bypassed the page cache in every trial (else it would be flagged)
-    assert not any(k.startswith("o_direct/") for k in f["mode_flags"]), f["mode_flags"]
+    # O_DIRECT really bypassed the page cache in every trial (else it would be flagged); other flags
+    # say what else was seen (disk_shared: the suite's other tests on the disk under the loop)
+    assert not [fl for k, v in f["mode_flags"].items() if k.startswith("o_direct/") for fl in v
+                if fl.startswith(("mode_not_effective", "helper_warning"))], f["mode_flags"]
     for t in doc["trials"]:
         assert t["manifest"]["job"], "every trial records the exact command it ran"
         assert "host_disk" in t["probes"], "the scratch loop device's counters are probed"
