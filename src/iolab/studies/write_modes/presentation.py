@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from iolab.analysis.flags import name_of
 from iolab.analysis.record import finite_or_none, plotted
 from iolab.analysis.stats import Estimate
 from iolab.analysis.trials import Doc
@@ -41,7 +42,7 @@ def present(doc: Doc, f: WriteModesFindings | Mapping[str, object]) -> tuple[lis
     # block sizes as rows, modes as columns: a dozen sizes stay readable in a report's width
     rows: list[list[object]] = [[size_label(b), *(fmt_est(thr[m].get(str(b))) for m in modes)] for b in sizes]
     rows.append(["knee (90 % of best)", *(size_label(k) if (k := f.knee.get(m)) else "–" for m in modes)])
-    notes = [Note(f"{k}: {'; '.join(v)}", "warn") for k, v in f.mode_flags.items()]
+    notes = [Note(f"{k}: {_flags_words(v)}", "warn") for k, v in f.mode_flags.items()]
     table = Table("Throughput, MiB/s (median and its 95% interval)", ["block size"] + modes, rows, notes=notes)
     cc = f.fio_crosscheck
     cc_rows: list[list[object]] = [[c.mode, size_label(c.bs), fmt_est(c.helper), fmt_est(c.fio),
@@ -68,3 +69,13 @@ def present(doc: Doc, f: WriteModesFindings | Mapping[str, object]) -> tuple[lis
 def _series(mode: str, per_bs: dict[str, Estimate], sizes: list[int]) -> Series:
     pts = [plotted(per_bs.get(str(b))) for b in sizes]
     return Series(mode, [float(b) for b in sizes], [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts])
+
+
+def _flags_words(raised: list[str]) -> str:
+    """One example per flag name, with how many other details of it were seen: a flag with numbers
+    (disk_shared) raised by every trial would otherwise fill the note with near-copies."""
+    by_name: dict[str, list[str]] = {}
+    for flag in raised:
+        by_name.setdefault(name_of(flag), []).append(flag)
+    return "; ".join(same[0] + (f" (and {len(same) - 1} more like it)" if len(same) > 1 else "")
+                     for same in by_name.values())
