@@ -105,6 +105,7 @@ def test_a_run_alone_on_its_disk_is_not_flagged_and_one_beside_a_syncing_neighbo
         under, own = t["probes"]["under_disk"], t["probes"]["host_disk"]
         assert under["device"] == own_disk.device, (under, own_disk)
         assert [k for k in under if k != "device" and k not in declared] == [], "undeclared counters"
+        assert under["iolab_syncs"] > 0, under  # the trial's work dir and processes are ledgered first
         assert own["flushes"] >= 256, own  # 256 O_SYNC writes of 4 KiB: a flush each
         # each of the loop's flushes costs the disk under one or two (plus the journal's few)
         assert own["flushes"] <= under["flushes"] <= 2 * own["flushes"] + 8 + under["seconds"], (own, under)
@@ -174,5 +175,12 @@ def test_the_rule_allows_the_filesystems_amplification_and_journal_but_not_a_nei
     bulk = {**edge, "write_bytes": edge["write_bytes"] + 1}
     [flag] = confounders.disk_shared(own, bulk)
     assert "moved 38.0 MiB and 0 flushes" in flag and "besides the trial's own 2.0 MiB and 34 flushes" in flag, flag
+    # iolab's own ledger fsyncs meanwhile (its data dir on the same disk): a quiet write-modes trial
+    # here, 2 flushes of its own and 16 of the ledger's, once flagged every trial of the demo
+    ledger = ({"write_bytes": 5 << 20, "read_bytes": 0, "flushes": 2},
+              {"write_bytes": (5 << 20) + 200_000, "read_bytes": 0, "flushes": 18, "seconds": 0.1, "iolab_syncs": 16,
+               "device": "vda"})
+    assert confounders.disk_shared(*ledger) == []
+    assert confounders.disk_shared(ledger[0], {**ledger[1], "iolab_syncs": 0}) != []
     # no disk under measured (an old run, a hostdir target): nothing said
     assert confounders.detect({}, {}, {"host_disk": own}) == []

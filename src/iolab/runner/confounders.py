@@ -39,16 +39,17 @@ def detect(workload: dict[str, Any], metrics: dict[str, float], probes: dict[str
 
 def disk_shared(own: dict[str, Any], under: dict[str, Any]) -> list[str]:
     """`disk_shared` when the disk under the target's loop device moved clearly more than the
-    trial did: other processes' syncs (flushes beyond twice the trial's own and the journal's
-    few) or their bytes (beyond the filesystem's amplification of the trial's own). A neighbour
-    quieter than the trial itself goes unflagged: the counters cannot tell it from the trial's
-    own amplification."""
+    trial did: other processes' syncs (flushes beyond twice the trial's own and iolab's own
+    ledger fsyncs, and the journal's few) or their bytes (beyond the filesystem's amplification
+    of the trial's own). A neighbour quieter than the trial itself goes unflagged: the counters
+    cannot tell it from the trial's own amplification."""
     own_bytes = own.get("read_bytes", 0) + own.get("write_bytes", 0)
     other_bytes = under.get("read_bytes", 0) + under.get("write_bytes", 0) - own_bytes
     own_flushes = own.get("flushes", 0)
     other_flushes = under.get("flushes", 0) - own_flushes
-    flushes_allowed = ((FLUSH_AMPLIFICATION - 1) * own_flushes + OTHER_FLUSHES_ALLOWED
-                       + under.get("seconds", 0.0) / OTHER_FLUSH_SECONDS)
+    iolab_syncs = under.get("iolab_syncs", 0)  # its ledger's fsyncs, if its data dir is on that disk
+    flushes_allowed = ((FLUSH_AMPLIFICATION - 1) * own_flushes + FLUSH_AMPLIFICATION * iolab_syncs
+                       + OTHER_FLUSHES_ALLOWED + under.get("seconds", 0.0) / OTHER_FLUSH_SECONDS)
     bytes_allowed = (BYTES_AMPLIFICATION - 1) * own_bytes + OTHER_BYTES_ALLOWED
     if other_flushes <= flushes_allowed and other_bytes <= bytes_allowed:
         return []
