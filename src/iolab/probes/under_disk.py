@@ -5,10 +5,11 @@ image lives on, a filesystem image), as deltas over the trial.
 Why: the loop device is the trial's alone, but the disk under it is shared with every process
 writing to the same filesystem: another iolab run, a neighbour's backup, a database's fsyncs.
 The difference between that disk's counters and the loop's own says how much other I/O the
-trial's number shared the disk with (runner/confounders.py raises `disk_shared`). Flushes map
-one to one through a loop device with direct I/O (each flush of the loop is one fsync of its
-file), so other processes' syncs show exactly; bytes are amplified by the filesystem under
-(512-byte writes moved 3x their bytes here), so those get an allowance. iolab's own ledger
+trial's number shared the disk with (runner/confounders.py raises `disk_shared`). Each flush of
+a loop device with direct I/O is one fsync of its file, which costs the disk under one flush
+(6294 for 6294 on a disk with FUA here) or two when it commits the journal of the filesystem
+under on a disk without FUA (911 for 513 on a loop device); bytes are amplified by that
+filesystem too (512-byte writes moved 3x their bytes here); both get an allowance. iolab's own ledger
 fsyncs during the trial (about 20: core/resources.own_syncs) are counted and allowed too, since
 its data dir is usually on the same disk. One level down only: that filesystem is where the
 sharing happens.
