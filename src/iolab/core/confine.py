@@ -203,6 +203,7 @@ class Confinement:
             program = shutil.which(command[0], path=search) or command[0]
             if os.path.isabs(program):
                 wanted += [os.path.dirname(program), os.path.dirname(os.path.realpath(program))]
+        every = self.hidden + (private_places() if self.hide_private else ())  # nested ones too
         out: list[tuple[str, str]] = []
         for p in _unique(tuple(wanted)):
             if not p or not os.path.isabs(p) or not os.path.exists(p):
@@ -210,7 +211,7 @@ class Confinement:
             place, real = os.path.normpath(p), os.path.realpath(p)
             inside = any(is_under(place, h) or is_under(real, h) for h in hidden)
             # never a directory that holds a hidden one (a search path naming a home itself)
-            holds = any(is_under(h, place) or is_under(h, real) for h in hidden)
+            holds = any(is_under(h, place) or is_under(h, real) for h in every)
             if inside and not holds:
                 out.append((real, place))
         return out
