@@ -416,3 +416,35 @@ def test_a_trial_reads_nothing_where_users_and_iolab_keep_data(tmp_path: Path, t
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
+
+
+def test_what_is_bound_back_into_a_private_place_and_in_what_order(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bwrap arguments themselves: every private place hidden by one tmpfs (the outermost);
+    iolab's cache, a search-path directory and a target's file bound back read-only after it, a
+    writable path inside after those; a search path that names a home itself, or a directory
+    holding iolab's data dir, bound back never; without hiding, nothing is bound back."""
+    data = tmp_path / "home" / ".local" / "share" / "iolab"
+    cache = tmp_path / "home" / ".cache" / "iolab"
+    tools = tmp_path / "home" / "bin"
+    for d in (data, cache, tools):
+        d.mkdir(parents=True)
+    kernel = tmp_path / "vmlinuz"
+    kernel.write_text("k")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("IOLAB_DATA", str(data))
+    monkeypatch.setenv("IOLAB_CACHE", str(cache))
+    search = os.pathsep.join([str(tools), str(tmp_path / "home"), str(tmp_path / "home" / ".local"), "/usr/bin"])
+    conf = Confinement(writable=(str(work),), readable=(str(kernel),))
+    args = conf.argv(["true"], search_path=search, seccomp_fd=3)
+    ops = [(args[i], args[i + 1]) for i in range(len(args) - 1) if args[i] in ("--tmpfs", "--ro-bind", "--bind")]
+    tmpfs = [p for op, p in ops if op == "--tmpfs"]
+    assert "/tmp" in tmpfs and "/root" in tmpfs and str(data) not in tmpfs, tmpfs  # data is inside /tmp
+    back = [p for op, p in ops if op == "--ro-bind" and p != "/"]
+    assert set(back) == {str(cache), str(tools), str(kernel)}, back
+    order = [p for _, p in ops]
+    assert order.index("/tmp") < min(order.index(p) for p in back) and order.index(str(work)) > order.index("/tmp")
+    assert "--remount-ro /tmp" in " ".join(args)
+    plain = Confinement(hide_private=False).argv(["true"], search_path=search, seccomp_fd=3)
+    assert "--ro-bind" not in plain[2:] and "--tmpfs" in plain and "/root" not in plain, plain
