@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.core.canary import Canaries
-from tests.core.helpers import needs_fio, needs_root
+from tests.core.helpers import needs_fio, needs_root, system_python
 
 from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import TrialCgroup
@@ -315,9 +315,7 @@ def test_a_trial_cannot_reach_a_unix_socket_on_the_host(tmp_path: Path, trial: T
                "socket.socket(socket.AF_INET).bind(('127.0.0.1', 0))\n"
                "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.send(b'reached'); print('CONNECTED')\n")
     fio_job = f"[j]\nioengine=net\nprotocol=unix\nfilename={path}\nrw=write\nbs=16\nsize=64\n"
-    # the system's python: one in a home (pyenv's, this suite's own venv's) is hidden from a trial
-    python = shutil.which("python3", path="/usr/bin:/bin")
-    assert python, "python3 is a Debian package setup.sh installs"
+    python = system_python()
 
     def accepted() -> list[bytes]:
         got = []
@@ -446,5 +444,17 @@ def test_what_is_bound_back_into_a_private_place_and_in_what_order(tmp_path: Pat
     order = [p for _, p in ops]
     assert order.index("/tmp") < min(order.index(p) for p in back) and order.index(str(work)) > order.index("/tmp")
     assert "--remount-ro /tmp" in " ".join(args)
+    # a link in the cache to images kept elsewhere (tests/vm/test_restore.py's private caches do
+    # this): the images are bound at their real path, where the link leads; a mount point under
+    # the read-only cache could not be made
+    store = tmp_path / "home" / "store" / "guest"
+    store.mkdir(parents=True)
+    (store / "vmlinux").write_text("k")
+    (cache / "guest").symlink_to(store)
+    linked = Confinement(readable=(str(cache / "guest" / "vmlinux"),)).argv(["true"], search_path="/usr/bin",
+                                                                           seccomp_fd=3)
+    binds = [(linked[i + 1], linked[i + 2]) for i in range(len(linked) - 2) if linked[i] == "--ro-bind"]
+    assert (str(store), str(store)) in binds and (str(store / "vmlinux"),) * 2 in binds, binds
+    assert not any(dst.startswith(str(cache) + "/") for _, dst in binds), binds
     plain = Confinement(hide_private=False).argv(["true"], search_path=search, seccomp_fd=3)
     assert "--ro-bind" not in plain[2:] and "--tmpfs" in plain and "/root" not in plain, plain

@@ -196,24 +196,37 @@ class Confinement:
     def _readable_back(self, hidden: tuple[str, ...], command: Sequence[str],
                        search_path: str | None) -> list[tuple[str, str]]:
         """(source, place) pairs bound back read-only into a hidden place: what the target
-        names, iolab's cache, the search path's directories and the command's own program."""
+        names, iolab's cache (and where a link in it points), the search path's directories and
+        the command's own program. Each is bound at its real path; at the path it was named by
+        too, when that is another and no bound directory already leads there (a link inside a
+        bound directory resolves by itself; a mount point under one could not be made)."""
         search = search_path if search_path is not None else os.environ.get("PATH", "")
-        wanted = [*self.readable, str(paths.cache_dir()), *search.split(os.pathsep)]
+        cache = str(paths.cache_dir())
+        wanted = [*self.readable, cache, *_link_targets(cache), *search.split(os.pathsep)]
         if command:
             program = shutil.which(command[0], path=search) or command[0]
             if os.path.isabs(program):
                 wanted += [os.path.dirname(program), os.path.dirname(os.path.realpath(program))]
         every = self.hidden + (private_places() if self.hide_private else ())  # nested ones too
-        out: list[tuple[str, str]] = []
+
+        def inside(path: str) -> bool:
+            return any(is_under(path, h) for h in hidden)
+
+        named: list[tuple[str, str]] = []  # (place, real)
         for p in _unique(tuple(wanted)):
             if not p or not os.path.isabs(p) or not os.path.exists(p):
                 continue
             place, real = os.path.normpath(p), os.path.realpath(p)
-            inside = any(is_under(place, h) or is_under(real, h) for h in hidden)
             # never a directory that holds a hidden one (a search path naming a home itself)
-            holds = any(is_under(h, place) or is_under(h, real) for h in every)
-            if inside and not holds:
+            if (inside(place) or inside(real)) and not any(is_under(h, place) or is_under(h, real) for h in every):
+                named.append((place, real))
+        reals = sorted({real for _, real in named if inside(real)}, key=_depth)
+        out = [(r, r) for r in reals]
+        mounted = list(reals)
+        for place, real in sorted(named, key=lambda pr: _depth(pr[0])):
+            if place != real and inside(place) and not any(is_under(place, m) for m in mounted):
                 out.append((real, place))
+                mounted.append(place)
         return out
 
     def _binds(self, hidden: tuple[str, ...] = (), readable: Sequence[tuple[str, str]] = ()) -> list[str]:
@@ -263,6 +276,15 @@ def private_places() -> tuple[str, ...]:
     """PRIVATE_PLACES and iolab's data and scratch dirs that exist, as real paths."""
     dirs = (*PRIVATE_PLACES, str(paths.data_dir()), str(paths.scratch_dir()))
     return _unique(tuple(os.path.realpath(d) for d in dirs if os.path.isdir(d)))
+
+
+def _link_targets(directory: str) -> list[str]:
+    """Where the links directly inside `directory` point (a cache that shares another's images)."""
+    try:
+        with os.scandir(directory) as entries:
+            return [os.path.realpath(e.path) for e in entries if e.is_symlink()]
+    except OSError:
+        return []
 
 
 def _outermost(dirs: tuple[str, ...]) -> tuple[str, ...]:
