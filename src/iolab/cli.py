@@ -880,6 +880,14 @@ def main() -> None:
         except KeyboardInterrupt:
             err.print("interrupted")
             sys.exit(130)
+        except Exception as exc:
+            # a compiled extension's import turns the KeyboardInterrupt raised inside it into its own
+            # error ("ImportError: initialization failed" from scipy's, a Rust panic from pyo3's): the
+            # stop signal still ended the command, and said so, not with a traceback
+            if signals.stop_pending() is None or not signals.caused_by_interrupt(exc):
+                raise
+            err.print("interrupted")
+            sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -201,3 +201,44 @@ def test_a_stop_signal_while_matplotlib_validates_its_defaults_is_a_clean_stop()
     r = subprocess.run([sys.executable, "-c", _MATPLOTLIB_STOPPED], capture_output=True, text=True, timeout=120)
     assert r.returncode == 130 and r.stdout.strip() == "interrupted", r
     assert "Traceback" not in r.stderr and "ValueError" not in r.stderr, r.stderr
+
+
+# a stop signal while a compiled extension initialises (a kill campaign's SIGINT 1.77 s into a run,
+# in scipy's HiGHS wrapper): pybind11 turns the KeyboardInterrupt raised in it into "ImportError:
+# initialization failed" from it. The command `boom` stands for `run` importing its analysis.
+_EXTENSION_STOPPED = """
+import os, signal, sys
+from iolab import cli
+
+HOW = sys.argv[2]
+
+@cli.cli.command("boom")
+def boom():
+    try:
+        if HOW == "signal":
+            os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10000):  # bytecode boundaries: the handler runs here
+            pass
+        raise RuntimeError("the extension's own failure")
+    except BaseException as e:
+        raise ImportError("initialization failed") from e
+
+sys.argv = ["iolab", "boom"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("how", ["signal", "no-signal"])
+def test_a_stop_signal_an_extension_turned_into_its_own_error_is_a_clean_stop(how: str) -> None:
+    """The interrupt is among the error's causes and the stop is pending: "interrupted", exit 130.
+    The same error without a stop signal is a real failure and stays one (a traceback, exit 1)."""
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _EXTENSION_STOPPED, "boom", how], capture_output=True, text=True,
+                       timeout=120)
+    if how == "signal":
+        assert r.returncode == 130 and r.stderr.strip().endswith("interrupted"), r.stderr
+        assert "Traceback" not in r.stderr, r.stderr
+    else:
+        assert r.returncode == 1 and "ImportError: initialization failed" in r.stderr, r.stderr
+        assert "RuntimeError: the extension's own failure" in r.stderr, r.stderr

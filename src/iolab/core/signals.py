@@ -57,6 +57,19 @@ def raise_if_stop_pending() -> None:
         raise KeyboardInterrupt
 
 
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among the causes of `exc` (`raise ... from`, or raised while
+    handling it): how an extension module's import reports the interrupt that cut its init."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def stop_acted_on() -> None:
     """The KeyboardInterrupt was caught by code that stops for it: it is no longer pending."""
     global _stop
