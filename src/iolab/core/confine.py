@@ -126,9 +126,6 @@ class Confinement:
     def with_devices(self, *paths: str) -> Confinement:
         return replace(self, devices=_unique(self.devices + tuple(paths)))
 
-    def with_readable(self, *paths: str) -> Confinement:
-        return replace(self, readable=_unique(self.readable + tuple(paths)))
-
     # -- running ----------------------------------------------------------------------------------
     @property
     def filtered(self) -> bool:
@@ -162,7 +159,7 @@ class Confinement:
         hidden = self.all_hidden()
         for h in hidden:  # an empty tmpfs first, so a writable path inside can be bound back in
             args += ["--tmpfs", h]
-        args += self._binds(hidden, self._readable_back(hidden, command, search_path))
+        args += self._binds(self._readable_back(hidden, command, search_path))
         for h in hidden:
             args += ["--remount-ro", h]
         for dev in _unique(tuple(self.devices) + tuple(extra_devices)):
@@ -229,7 +226,7 @@ class Confinement:
                 mounted.append(place)
         return out
 
-    def _binds(self, hidden: tuple[str, ...] = (), readable: Sequence[tuple[str, str]] = ()) -> list[str]:
+    def _binds(self, readable: Sequence[tuple[str, str]] = ()) -> list[str]:
         """Read-only binds back into hidden places and writable binds, the shallower first: a
         path inside another is mounted after it (at one depth, writable after read-only)."""
         binds = [(_depth(place), 0, i, "--ro-bind", src, place) for i, (src, place) in enumerate(readable)]
