@@ -35,14 +35,6 @@ size = "64M"
 """
 
 
-def system_python() -> str:
-    """Debian's python3 (setup.sh installs it): a confined trial sees no home, so a python there
-    (pyenv's, whatever made this suite's venv) cannot run inside a confinement."""
-    exe = shutil.which("python3", path="/usr/bin:/bin")
-    assert exe, "python3 is a Debian package setup.sh installs"
-    return exe
-
-
 def fio_workload(**over: Any) -> str:
     """A [workload] table for a 1 s randread on 16 MiB; keyword arguments override/add keys."""
     opts: dict[str, Any] = {"kind": "fio", "rw": "randread", "bs": "4k", "size": "16M", "runtime": 1,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.core.canary import Canaries
-from tests.core.helpers import needs_fio, needs_root, system_python
+from tests.core.helpers import needs_fio, needs_root
 
 from iolab.cgroups.executor import HostExecutor
 from iolab.cgroups.trial import TrialCgroup
@@ -145,9 +145,7 @@ def test_no_mount_mknod_raw_io_realtime_priority_or_negative_nice(tmp_path: Path
 def test_a_host_directory_target_writes_only_in_the_directory_it_makes_there(tmp_path: Path) -> None:
     """The `host` target, set up for real on a directory of the user's: its trials' processes can
     neither change, remove, rename over, hard-link nor *add* anything in it (an authorized_keys
-    in a ~/.ssh), only write in the directory iolab made inside, which teardown removes. (Under
-    /tmp, a private place, they do not even see the user's files: each harm fails on a name that
-    is not there; `rm -f` would call that success, so the scripts fail loudly.)"""
+    in a ~/.ssh), only write in the directory iolab made inside, which teardown removes."""
     from iolab.core.resources import Ledger
     from iolab.targets.hostdir import HostDirParams, HostDirTarget
 
@@ -164,13 +162,13 @@ def test_a_host_directory_target_writes_only_in_the_directory_it_makes_there(tmp
         d = str(host)
         for what, script in {
             "overwrite": f"echo x > {d}/data.bin", "append": f"echo x >> {d}/data.bin",
-            "truncate": f"truncate -s 0 {d}/data.bin", "remove": f"rm {d}/data.bin",
+            "truncate": f"truncate -s 0 {d}/data.bin", "remove": f"rm -f {d}/data.bin",
             "rename-away": f"mv {d}/data.bin {d}/moved", "add": f"echo 'ssh-ed25519 AAAA x' > {d}/authorized_keys",
             "add-from-inside": f"echo x > {own}/../authorized_keys", "mkdir": f"mkdir {d}/new",
             "rename-over": f"echo n > {own}/n && mv -f {own}/n {d}/data.bin",
             "hard-link": f"ln {d}/data.bin {own}/hl && echo x >> {own}/hl",
             "deep-write": f"echo x > {d}/sub/deep.txt", "deep-new": f"echo x > {d}/sub/new.txt",
-            "remove-dir": f"rm -r {d}/sub",
+            "remove-dir": f"rm -rf {d}/sub",
         }.items():
             r = placement.executor.run(ExecRequest(["sh", "-c", script], timeout_s=60))
             assert r.returncode != 0, f"{what} succeeded in the user's directory: {r.stdout + r.stderr}"
@@ -315,7 +313,6 @@ def test_a_trial_cannot_reach_a_unix_socket_on_the_host(tmp_path: Path, trial: T
                "socket.socket(socket.AF_INET).bind(('127.0.0.1', 0))\n"
                "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.send(b'reached'); print('CONNECTED')\n")
     fio_job = f"[j]\nioengine=net\nprotocol=unix\nfilename={path}\nrw=write\nbs=16\nsize=64\n"
-    python = system_python()
 
     def accepted() -> list[bytes]:
         got = []
@@ -333,10 +330,9 @@ def test_a_trial_cannot_reach_a_unix_socket_on_the_host(tmp_path: Path, trial: T
 
     try:
         for unix_sockets in (False, True):
-            # the socket bound back into /tmp, a private place: only the socket filter differs
-            ex = _executor(tmp_path, Confinement(unix_sockets=unix_sockets, readable=(path,)), trial)
+            ex = _executor(tmp_path, Confinement(unix_sockets=unix_sockets), trial)
             try:
-                py = ex.run(ExecRequest([python, "-c", connect, path], timeout_s=60))
+                py = ex.run(ExecRequest(["python3", "-c", connect, path], timeout_s=60))
                 fio = ex.run(ExecRequest(["fio", "job.fio"], timeout_s=60, files={"job.fio": fio_job}))
             finally:
                 ex.close()
@@ -350,111 +346,3 @@ def test_a_trial_cannot_reach_a_unix_socket_on_the_host(tmp_path: Path, trial: T
                 assert fio.returncode != 0, fio.stdout
     finally:
         listener.close()
-
-
-@needs_fio
-def test_a_trial_reads_nothing_where_users_and_iolab_keep_data(tmp_path: Path, trial: TrialCgroup,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """With DAC_OVERRIDE a confined uid 0 could read any file, and fio prints what it reads where a
-    job file names it: `include` prints each line it cannot parse ("Bad option <line>"), and
-    iolab keeps fio's messages with the trial. The harm, for real, against canary secrets of our
-    own in root's home, in /var/lib, in iolab's data dir and in its scratch dir (both moved out of
-    every private place, so hiding them is tested wherever they are): a raw job file includes each
-    (the parser that refuses `include` is not asked) and a shell reads each. Confined, no secret
-    shows; what a trial needs still works: its work dir, iolab's cache, a program on the search
-    path in a hidden place. With the private places shown, the same job prints the first secret
-    (the test can see harm)."""
-    token = os.urandom(6).hex()
-    secret = f"localhost:5432:*:alice:canary-{token}"
-    data = Path(f"/opt/iolab-test-data-{token}")
-    scratch = Path(f"/opt/iolab-test-scratch-{token}")
-    cache = Path(f"/var/lib/iolab-test-cache-{token}")
-    places = [Path.home() / f".iolab-test-secret-{token}", Path(f"/var/lib/iolab-test-secret-{token}"),
-              data / "secret", scratch / "run-of-another" / "secret"]
-    bindir = tmp_path / "bin"  # under /tmp, a private place: bound back as a search-path directory
-    made = [data, scratch, cache, places[0], places[1]]
-    try:
-        for p in places:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(secret + "\n")
-            p.chmod(0o600)
-        cache.mkdir()
-        (cache / "helper.txt").write_text("cached\n")
-        bindir.mkdir()
-        (bindir / "iolab-test-tool").write_text("#!/bin/sh\necho tool-ran\n")
-        (bindir / "iolab-test-tool").chmod(0o755)
-        monkeypatch.setenv("IOLAB_DATA", str(data))
-        monkeypatch.setenv("IOLAB_SCRATCH", str(scratch))
-        monkeypatch.setenv("IOLAB_CACHE", str(cache))
-        monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-        includes = "".join(f"include {p}\n" for p in places)
-        job = f"[j]\n{includes}rw=read\nsize=4k\n"
-        ex = _executor(tmp_path, Confinement(), trial)
-        try:
-            r = ex.run(ExecRequest(["fio", "job.fio"], timeout_s=60, files={"job.fio": job}))
-            assert f"canary-{token}" not in r.stdout + r.stderr, r.stderr
-            code, out = _sh(ex, 'for f in "$@"; do cat "$f"; done; cat "$IOLAB_CACHE/helper.txt"; '
-                                'iolab-test-tool; echo mine > w && cat w', *[str(p) for p in places])
-            assert f"canary-{token}" not in out, out
-            _, listed = _sh(ex, 'ls -a "$HOME" /var/lib "$IOLAB_DATA" "$IOLAB_SCRATCH"')
-            assert f"iolab-test-secret-{token}" not in listed and "run-of-another" not in listed, listed
-            assert "secret" not in listed.split(), listed
-            assert "cached" in out and "tool-ran" in out and "mine" in out, out
-        finally:
-            ex.close()
-        shown = _executor(tmp_path, Confinement(hide_private=False), trial)
-        try:
-            r = shown.run(ExecRequest(["fio", "job.fio"], timeout_s=60, files={"job.fio": job}))
-            assert f"Bad option <{secret}>" in r.stderr, r.stderr
-        finally:
-            shown.close()
-    finally:
-        for p in made:
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-
-
-def test_what_is_bound_back_into_a_private_place_and_in_what_order(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bwrap arguments themselves: every private place hidden by one tmpfs (the outermost);
-    iolab's cache, a search-path directory and a target's file bound back read-only after it, a
-    writable path inside after those; a search path that names a home itself, or a directory
-    holding iolab's data dir, bound back never; without hiding, nothing is bound back."""
-    data = tmp_path / "home" / ".local" / "share" / "iolab"
-    cache = tmp_path / "home" / ".cache" / "iolab"
-    tools = tmp_path / "home" / "bin"
-    for d in (data, cache, tools):
-        d.mkdir(parents=True)
-    kernel = tmp_path / "vmlinuz"
-    kernel.write_text("k")
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.setenv("IOLAB_DATA", str(data))
-    monkeypatch.setenv("IOLAB_CACHE", str(cache))
-    search = os.pathsep.join([str(tools), str(tmp_path / "home"), str(tmp_path / "home" / ".local"), "/usr/bin"])
-    conf = Confinement(writable=(str(work),), readable=(str(kernel),))
-    args = conf.argv(["true"], search_path=search, seccomp_fd=3)
-    ops = [(args[i], args[i + 1]) for i in range(len(args) - 1) if args[i] in ("--tmpfs", "--ro-bind", "--bind")]
-    tmpfs = [p for op, p in ops if op == "--tmpfs"]
-    assert "/tmp" in tmpfs and "/root" in tmpfs and str(data) not in tmpfs, tmpfs  # data is inside /tmp
-    back = [p for op, p in ops if op == "--ro-bind" and p != "/"]
-    assert set(back) == {str(cache), str(tools), str(kernel)}, back
-    order = [p for _, p in ops]
-    assert order.index("/tmp") < min(order.index(p) for p in back) and order.index(str(work)) > order.index("/tmp")
-    assert "--remount-ro /tmp" in " ".join(args)
-    # a link in the cache to images kept elsewhere (tests/vm/test_restore.py's private caches do
-    # this): the images are bound at their real path, where the link leads; a mount point under
-    # the read-only cache could not be made
-    store = tmp_path / "home" / "store" / "guest"
-    store.mkdir(parents=True)
-    (store / "vmlinux").write_text("k")
-    (cache / "guest").symlink_to(store)
-    linked = Confinement(readable=(str(cache / "guest" / "vmlinux"),)).argv(["true"], search_path="/usr/bin",
-                                                                           seccomp_fd=3)
-    binds = [(linked[i + 1], linked[i + 2]) for i in range(len(linked) - 2) if linked[i] == "--ro-bind"]
-    assert (str(store), str(store)) in binds and (str(store / "vmlinux"),) * 2 in binds, binds
-    assert not any(dst.startswith(str(cache) + "/") for _, dst in binds), binds
-    plain = Confinement(hide_private=False).argv(["true"], search_path=search, seccomp_fd=3)
-    assert "--ro-bind" not in plain[2:] and "--tmpfs" in plain and "/root" not in plain, plain

@@ -357,7 +357,6 @@ def test_the_kvm_path_keeps_dev_kvm_inside_the_confinement(tmp_path: Path) -> No
     device itself is checked from inside, with the ioctl every KVM user starts with)."""
     from iolab.core.confine import Confinement
     from iolab.vm.cmdline import RunFiles, VmSpec, confinement
-    from tests.core.helpers import system_python
 
     spec = VmSpec(disk=None, image=None, kernel=Path("/k"), initramfs=Path("/i"), accel="kvm")
     conf = confinement(spec, RunFiles(tmp_path))
@@ -368,7 +367,7 @@ def test_the_kvm_path_keeps_dev_kvm_inside_the_confinement(tmp_path: Path) -> No
         pytest.skip("no /dev/kvm on this machine")
     probe = ("import fcntl, os; fd = os.open('/dev/kvm', os.O_RDWR); print('KVM_API', fcntl.ioctl(fd, 0xAE00))")
     for c, visible in ((conf, True), (Confinement(share_net=True, private_pids=False, unix_sockets=True), False)):
-        r = subprocess.run(c.argv([system_python(), "-c", probe]), capture_output=True, text=True, timeout=60)
+        r = subprocess.run(c.argv(["python3", "-c", probe]), capture_output=True, text=True, timeout=60)
         assert ("KVM_API 12" in r.stdout) == visible, (visible, r.stdout, r.stderr)
 
 

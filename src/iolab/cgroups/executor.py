@@ -232,8 +232,7 @@ class HostExecutor(Executor):
                 raise RefusedError(f"{dev}: a process may write a block device iolab did not make only when the "
                                    f"user names it with --destroy-data {dev}")
         confinement = replace(self.confinement, share_net=True) if req.network else self.confinement
-        return confinement.argv(req.argv, cwd=str(self.workdir), extra_devices=req.devices, seccomp_fd=seccomp_fd,
-                                search_path=req.env.get("PATH"))
+        return confinement.argv(req.argv, cwd=str(self.workdir), extra_devices=req.devices, seccomp_fd=seccomp_fd)
 
     def close(self) -> None:
         if not self._owns_workdir:

@@ -24,14 +24,7 @@ process that does a trial's I/O runs in a private mount namespace where
   one of them answers;
 * the capabilities are only those that reading and writing the allowed files needs
   (DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER), under no_new_privs: no mount, no mknod, no raw
-  I/O, no real-time I/O priority or negative nice (CAP_SYS_NICE), no way to gain more by exec;
-* the places where users and iolab keep data (`PRIVATE_PLACES`: homes, /root, /tmp, /var/tmp,
-  /var/lib, /srv, /mnt, /media, iolab's data and scratch dirs) are empty read-only directories:
-  with DAC_OVERRIDE a trial could read any file there, and fio prints what it reads where a
-  job file names it (`include ~/.pgpass` prints "Bad option <host:port:db:user:password>"), so
-  the parser that refuses `include` is again the first line only. Bound back read-only: iolab's
-  cache (guest kernels and images, the native helpers), the directories of the search path
-  (the programs a trial runs) and what a target names (`readable`: QEMU's kernel and initramfs).
+  I/O, no real-time I/O priority or negative nice (CAP_SYS_NICE), no way to gain more by exec.
 
 The tool is bubblewrap (`bwrap`, Debian package bubblewrap): the well-kept program that
 Flatpak and GNOME use for exactly this (a new root assembled from read-only and writable
@@ -56,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from iolab.core import paths, socketfilter
+from iolab.core import socketfilter
 from iolab.core.errors import CapabilityMissing
 
 BWRAP = "bwrap"
@@ -66,10 +59,6 @@ SETPRIV = "setpriv"
 FILE_CAPS = ("CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER")
 SHM_BYTES = 256 << 20  # the private /dev/shm (tmpfs, charged to the trial's memory limit)
 NOBODY = 65534
-# Where users and iolab keep data; a trial sees each as an empty read-only directory (with
-# iolab's data and scratch dirs, wherever they are). The system (/usr, /etc, /boot, /opt, /run)
-# stays readable: programs, libraries, firmware and configuration a trial runs with.
-PRIVATE_PLACES = ("/root", "/home", "/tmp", "/var/tmp", "/var/lib", "/srv", "/mnt", "/media", "/etc/iolab")
 
 
 @dataclass(frozen=True)
@@ -80,10 +69,6 @@ class Confinement:
     devices:   device nodes bound into the private /dev at their real path (block devices
                iolab made or the user named with --destroy-data; /dev/kvm for QEMU)
     hidden:    directories replaced by an empty read-only tmpfs (a home, secrets)
-    hide_private: also hide `private_places()` (every trial; the fleet client and own_dir_only
-               name their own `hidden`)
-    readable:  files or directories inside a hidden place bound back read-only at their own
-               path (QEMU's kernel and initramfs); iolab's cache and the search path always are
     share_net: keep the host's network namespace (QEMU's user network forwards host ports;
                a fleet client dials its servers); else a private one with only loopback
     private_pids: a pid namespace of its own (its /proc shows only itself); off for QEMU,
@@ -96,8 +81,6 @@ class Confinement:
     writable: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
-    hide_private: bool = True
-    readable: tuple[str, ...] = ()
     share_net: bool = False
     private_pids: bool = True
     user: tuple[int, int] | None = None
@@ -118,7 +101,7 @@ class Confinement:
         (uid, gid) (os.chown) and reachable (its parents searchable by others: not under a
         0700 directory such as a pytest tmp dir)."""
         return cls(writable=(directory,) if directory else (), hidden=tuple(h for h in hidden if os.path.isdir(h)),
-                   hide_private=False, share_net=True, user=(uid, gid), caps=(), unix_sockets=True)
+                   share_net=True, user=(uid, gid), caps=(), unix_sockets=True)
 
     def with_writable(self, *paths: str) -> Confinement:
         return replace(self, writable=_unique(self.writable + tuple(paths)))
@@ -133,14 +116,11 @@ class Confinement:
         return not self.unix_sockets and socketfilter.available()
 
     def argv(self, command: Sequence[str], cwd: str | None = None, extra_devices: Iterable[str] = (),
-             info_fd: int | None = None, seccomp_fd: int | None = None,
-             search_path: str | None = None) -> list[str]:
+             info_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
         """`command` inside the confinement: bwrap's arguments, then (as a user) setpriv's.
         `info_fd`: bwrap writes {"child-pid": N} there, the host pid of the command (without a
         private pid namespace; bwrap itself is its parent). `seccomp_fd`: the unix-socket filter
-        (socketfilter.program_fd(), passed to the child), required when `filtered`.
-        `search_path`: the PATH the command runs with (default: this process's); its
-        directories stay readable where a private place hides them."""
+        (socketfilter.program_fd(), passed to the child), required when `filtered`."""
         if self.filtered and seccomp_fd is None:
             raise ValueError("this confinement refuses unix sockets: pass socketfilter.program_fd() as seccomp_fd")
         bwrap = shutil.which(BWRAP)
@@ -156,11 +136,10 @@ class Confinement:
         # a private /dev/shm before the binds: a writable path iolab made there (a scratch dir on
         # /dev/shm) is bound back in over it, not hidden by it
         args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
-        hidden = self.all_hidden()
-        for h in hidden:  # an empty tmpfs first, so a writable path inside can be bound back in
+        for h in self.hidden:  # an empty tmpfs first, so a writable path inside can be bound back in
             args += ["--tmpfs", h]
-        args += self._binds(self._readable_back(hidden, command, search_path))
-        for h in hidden:
+        args += self._binds()
+        for h in self.hidden:
             args += ["--remount-ro", h]
         for dev in _unique(tuple(self.devices) + tuple(extra_devices)):
             args += ["--dev-bind", dev, _dev_path(dev)]
@@ -185,55 +164,11 @@ class Confinement:
                      "--bounding-set=-all", "--"]
         return args + list(command)
 
-    def all_hidden(self) -> tuple[str, ...]:
-        """The directories its processes see empty: `hidden`, and the private places unless told
-        not to; the outermost only (a tmpfs over /var/tmp already hides /var/tmp/iolab)."""
-        return _outermost(self.hidden + (private_places() if self.hide_private else ()))
-
-    def _readable_back(self, hidden: tuple[str, ...], command: Sequence[str],
-                       search_path: str | None) -> list[tuple[str, str]]:
-        """(source, place) pairs bound back read-only into a hidden place: what the target
-        names, iolab's cache (and where a link in it points), the search path's directories and
-        the command's own program. Each is bound at its real path; at the path it was named by
-        too, when that is another and no bound directory already leads there (a link inside a
-        bound directory resolves by itself; a mount point under one could not be made)."""
-        search = search_path if search_path is not None else os.environ.get("PATH", "")
-        cache = str(paths.cache_dir())
-        wanted = [*self.readable, cache, *_link_targets(cache), *search.split(os.pathsep)]
-        if command:
-            program = shutil.which(command[0], path=search) or command[0]
-            if os.path.isabs(program):
-                wanted += [os.path.dirname(program), os.path.dirname(os.path.realpath(program))]
-        every = self.hidden + (private_places() if self.hide_private else ())  # nested ones too
-
-        def inside(path: str) -> bool:
-            return any(is_under(path, h) for h in hidden)
-
-        named: list[tuple[str, str]] = []  # (place, real)
-        for p in _unique(tuple(wanted)):
-            if not p or not os.path.isabs(p) or not os.path.exists(p):
-                continue
-            place, real = os.path.normpath(p), os.path.realpath(p)
-            # never a directory that holds a hidden one (a search path naming a home itself)
-            if (inside(place) or inside(real)) and not any(is_under(h, place) or is_under(h, real) for h in every):
-                named.append((place, real))
-        reals = sorted({real for _, real in named if inside(real)}, key=_depth)
-        out = [(r, r) for r in reals]
-        mounted = list(reals)
-        for place, real in sorted(named, key=lambda pr: _depth(pr[0])):
-            if place != real and inside(place) and not any(is_under(place, m) for m in mounted):
-                out.append((real, place))
-                mounted.append(place)
-        return out
-
-    def _binds(self, readable: Sequence[tuple[str, str]] = ()) -> list[str]:
-        """Read-only binds back into hidden places and writable binds, the shallower first: a
-        path inside another is mounted after it (at one depth, writable after read-only)."""
-        binds = [(_depth(place), 0, i, "--ro-bind", src, place) for i, (src, place) in enumerate(readable)]
-        binds += [(_depth(p), 1, i, "--bind", p, p) for i, p in enumerate(self.writable)]
+    def _binds(self) -> list[str]:
+        """Writable binds, the shallower first: a writable path inside another is mounted after it."""
         out: list[str] = []
-        for *_, how, src, place in sorted(binds):
-            out += [how, src, place]
+        for _, _, p in sorted((_depth(p), i, p) for i, p in enumerate(self.writable)):
+            out += ["--bind", p, p]
         return out
 
     # -- the plan ---------------------------------------------------------------------------------
@@ -245,11 +180,6 @@ class Confinement:
         other = [d for d in self.devices if d not in block]
         if other:
             lines.append(f"sees the devices {', '.join(other)}")
-        hidden = self.all_hidden()
-        if hidden:
-            lines.append(f"sees empty: {', '.join(hidden)}"
-                         + (" (iolab's cache and the programs' directories bound back read-only)"
-                            if self.hide_private else ""))
         lines.append("everything else read-only; /dev holds only null, zero, full, random, urandom, tty"
                      + ("" if self.share_net else "; no network")
                      + ("; no unix sockets" if self.filtered else
@@ -257,7 +187,7 @@ class Confinement:
         return lines + list(self.notes)
 
     def manifest(self) -> dict[str, object]:
-        return {"tool": BWRAP, "writable": list(self.writable), "hidden": list(self.all_hidden()),
+        return {"tool": BWRAP, "writable": list(self.writable),
                 "devices": list(self.devices), "network": "host" if self.share_net else "none",
                 "user": list(self.user) if self.user else None, "capabilities": list(self.caps),
                 "unix_sockets": "allowed" if self.unix_sockets else "refused" if self.filtered else "not filtered"}
@@ -267,31 +197,6 @@ def returncode(status: int) -> int:
     """A confined command's status as subprocess gives an unconfined one: bwrap reports a command
     killed by signal N as exit status 128+N (the shell's convention); this says -N."""
     return -(status - 128) if 128 < status <= 128 + 64 else status
-
-
-def private_places() -> tuple[str, ...]:
-    """PRIVATE_PLACES and iolab's data and scratch dirs that exist, as real paths."""
-    dirs = (*PRIVATE_PLACES, str(paths.data_dir()), str(paths.scratch_dir()))
-    return _unique(tuple(os.path.realpath(d) for d in dirs if os.path.isdir(d)))
-
-
-def _link_targets(directory: str) -> list[str]:
-    """Where the links directly inside `directory` point (a cache that shares another's images)."""
-    try:
-        with os.scandir(directory) as entries:
-            return [os.path.realpath(e.path) for e in entries if e.is_symlink()]
-    except OSError:
-        return []
-
-
-def _outermost(dirs: tuple[str, ...]) -> tuple[str, ...]:
-    """`dirs` without those inside another of them (one tmpfs hides both), in their order."""
-    return tuple(d for d in _unique(dirs) if not any(o != d and is_under(d, o) for o in dirs))
-
-
-def is_under(path: str, directory: str) -> bool:
-    """`path` is `directory` or inside it (both absolute, normalised)."""
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _unique(items: tuple[str, ...]) -> tuple[str, ...]:

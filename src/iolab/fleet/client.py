@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from iolab.cgroups.executor import HostExecutor
-from iolab.core.confine import PRIVATE_PLACES, Confinement, is_under, private_places
+from iolab.core import paths
+from iolab.core.confine import Confinement
 from iolab.core.errors import CapabilityMissing
 from iolab.core.exec import ExecRequest, ExecResult, Running
 from iolab.core.resources import Ledger
@@ -104,29 +105,30 @@ def client_argv(account: accounts.Account, argv: list[str]) -> list[str]:
                                         "/bin/sh", "-c", _GATE_SCRIPT, "iolab-fleet-gate", *argv])
 
 
-# Where users and iolab keep data, hidden from a fleet client (an empty read-only tmpfs each):
-# a trial's private places (core/confine.py) and /opt. /run stays (/etc/resolv.conf may point
-# into it: remote hosts are dialled by name), as does /etc (the system's own configuration; its
-# secrets, /etc/shadow, are root's alone).
-CLIENT_HIDDEN = (*PRIVATE_PLACES, "/opt")
+# Where users and iolab keep data: hidden from a fleet client (an empty read-only tmpfs each).
+# /run stays (/etc/resolv.conf may point into it: remote hosts are dialled by name), as does
+# /etc (the system's own configuration; its secrets, /etc/shadow, are root's alone).
+CLIENT_HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/var/lib", "/srv", "/mnt", "/media", "/opt", "/etc/iolab")
 
 
 def client_confinement(programs: tuple[str, ...] = ()) -> Confinement:
-    """The fleet client's confinement: everything read-only, the data directories hidden
-    (CLIENT_HIDDEN, iolab's data and scratch dirs), only the executor's work dir writable
-    (HostExecutor adds it), the host's network. It keeps for
+    """The fleet client's confinement: everything read-only, the data directories hidden, only
+    the executor's work dir writable (HostExecutor adds it), the host's network. It keeps for
     `client_argv`'s setpriv just what switching to the client's user takes (setuid, setgid, the
     bounding set) and entering the work dir that user owns (DAC_READ_SEARCH); setpriv drops
     all of them, also from the bounding set, before anything of fio runs. A directory that
     holds one of `programs` (a fio built into /opt) stays visible."""
+    def under(path: str, d: str) -> bool:
+        return path == d or path.startswith(d + "/")
+
     needed = [os.path.realpath(p) for p in programs]
     hidden: list[str] = []
-    for real in (*private_places(), *(os.path.realpath(d) for d in CLIENT_HIDDEN)):
-        if os.path.isdir(real) and not any(is_under(real, h) for h in hidden) \
-                and not any(is_under(p, real) for p in needed):
+    for d in (*CLIENT_HIDDEN, str(paths.data_dir()), str(paths.scratch_dir())):
+        real = os.path.realpath(d)
+        if os.path.isdir(real) and not any(under(real, h) for h in hidden) \
+                and not any(under(p, real) for p in needed):
             hidden.append(real)
-    return Confinement(hidden=tuple(hidden), hide_private=False, share_net=True,
-                       unix_sockets=True,  # a server may be a socket path
+    return Confinement(hidden=tuple(hidden), share_net=True, unix_sockets=True,  # a server may be a socket path
                        caps=("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH"))
 
 

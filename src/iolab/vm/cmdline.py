@@ -224,9 +224,7 @@ def _disk_args(spec: VmSpec, secret_fd: int | None) -> list[str]:
 
 def confinement(spec: VmSpec, files: RunFiles) -> Confinement:
     """Where QEMU runs (core/confine.py): it can write only its image and its run directory, sees
-    no other image of the scratch dir (an empty tmpfs hides it, its own image bound back in), reads
-    its kernel and initramfs where they are (a user's home, iolab's cache) and nothing else of the
-    places where users keep data, and
+    no other image of the scratch dir (an empty tmpfs hides it, its own image bound back in), and
     under KVM /dev/kvm besides the standard devices. It keeps the host's network (user
     networking forwards host ports) and pid namespace (probes attach to its host pid), and may make
     unix sockets: its monitor (QMP) is one."""
@@ -234,8 +232,7 @@ def confinement(spec: VmSpec, files: RunFiles) -> Confinement:
     scratch = str(paths.scratch_dir())
     hidden = (scratch,) if os.path.isdir(scratch) and not str(files.directory).startswith(scratch + "/") else ()
     return Confinement(writable=tuple(writable), devices=("/dev/kvm",) if spec.accel == "kvm" else (),
-                       hidden=hidden, readable=(str(spec.kernel), str(spec.initramfs)),  # wherever they are
-                       share_net=True, private_pids=False, unix_sockets=True)  # its QMP socket
+                       hidden=hidden, share_net=True, private_pids=False, unix_sockets=True)  # its QMP socket
 
 
 def qemu_system() -> str:
